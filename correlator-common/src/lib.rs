@@ -1,0 +1,244 @@
+//! Types shared by the kernel programs (`correlator-ebpf`) and userspace.
+//!
+//! Everything here is `#[repr(C)]` plain data: it crosses the kernel/user
+//! boundary as raw bytes through BPF maps and the ring buffer, so the layout
+//! is the contract. Change a layout and bump [`ABI_VERSION`].
+#![no_std]
+
+/// Bumped whenever a shared layout below changes.
+pub const ABI_VERSION: u32 = 1;
+
+/// What each per-bucket counter slot counts.
+///
+/// Counts are events of the *target* (its threads) only; `*Ns` slots are sums
+/// of durations in nanoseconds, attributed to the bucket in which the interval
+/// ended.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    PageFaultsMinor = 0,
+    PageFaultsMajor = 1,
+    SwitchesVoluntary = 2,
+    SwitchesInvoluntary = 3,
+    Migrations = 4,
+    HardIrqs = 5,
+    SoftIrqs = 6,
+    /// Time hard IRQs ran on a CPU while a target thread was on it.
+    HardIrqNs = 7,
+    /// Time softirqs ran on a CPU while a target thread was on it, hard IRQs
+    /// that interrupted the softirq excluded (they are in `HardIrqNs`).
+    SoftIrqNs = 8,
+    /// Time target threads waited runnable (preempted, or woken but not yet running).
+    RunnableNs = 9,
+    /// Time target threads were blocked (sleeping, waiting for I/O or a lock).
+    BlockedNs = 10,
+}
+
+/// Number of [`Counter`] slots.
+pub const NUM_COUNTERS: usize = 11;
+
+impl Counter {
+    /// All counters, in slot order.
+    pub const ALL: [Counter; NUM_COUNTERS] = [
+        Counter::PageFaultsMinor,
+        Counter::PageFaultsMajor,
+        Counter::SwitchesVoluntary,
+        Counter::SwitchesInvoluntary,
+        Counter::Migrations,
+        Counter::HardIrqs,
+        Counter::SoftIrqs,
+        Counter::HardIrqNs,
+        Counter::SoftIrqNs,
+        Counter::RunnableNs,
+        Counter::BlockedNs,
+    ];
+}
+
+/// Hard-interrupt kinds counted separately in the totals. Device IRQs come
+/// from `irq:irq_handler_entry`; the local APIC timer and IPIs are only
+/// visible through `irq_vectors:*`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IrqKind {
+    Device = 0,
+    LocalTimer = 1,
+    Reschedule = 2,
+    CallFunction = 3,
+    CallFunctionSingle = 4,
+    IrqWork = 5,
+}
+
+/// Number of [`IrqKind`]s.
+pub const NUM_IRQ_KINDS: usize = 6;
+
+/// Softirq vectors as numbered by the kernel (`enum` in `linux/interrupt.h`).
+pub const NUM_SOFTIRQ_VECTORS: usize = 10;
+
+/// Names of the softirq vectors, index = vector number.
+pub const SOFTIRQ_NAMES: [&str; NUM_SOFTIRQ_VECTORS] = [
+    "HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU",
+];
+
+/// One time bucket of counters on one CPU, a slot in a per-CPU ring.
+///
+/// The kernel side resets a slot when the first event of a new bucket lands
+/// in it (`epoch` != bucket number); userspace reads slots whose bucket has
+/// ended and has not been read yet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Bucket {
+    /// Bucket number (`ktime / bucket_ns`) whose counts the slot holds.
+    pub epoch: u64,
+    pub counts: [u64; NUM_COUNTERS],
+}
+
+/// Slots in the per-CPU bucket ring. With 1 ms buckets this is 4 s of
+/// history: the drain (every 100 ms) has ample margin.
+pub const BUCKET_SLOTS: u32 = 4096;
+
+/// Slots of the per-CPU totals array. Totals are never reset; they are the
+/// check that every bucket was drained (sum of drained buckets == totals).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Total {
+    /// `NUM_COUNTERS` slots mirroring [`Counter`] come first.
+    RingReserveFailed = NUM_COUNTERS as u32,
+    /// Thread-map insertions that failed (map full): those threads go unseen.
+    ThreadMapFull = NUM_COUNTERS as u32 + 1,
+}
+
+/// First slot of the per-[`IrqKind`] counts in the totals array.
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 2;
+/// First slot of the per-softirq-vector counts in the totals array.
+pub const TOTAL_SOFTIRQ_BASE: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
+/// Number of slots in the totals array.
+pub const NUM_TOTALS: u32 = TOTAL_SOFTIRQ_BASE + NUM_SOFTIRQ_VECTORS as u32;
+
+/// Why a target thread left the CPU.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffCpuKind {
+    /// Preempted (or yielded) while runnable: the whole interval is run-queue wait.
+    Preempted = 1,
+    /// Went to sleep: blocked until woken, then runnable until it ran.
+    Blocked = 2,
+}
+
+/// An off-CPU interval of a target thread, emitted when the thread is
+/// switched back in and the interval is at least the configured minimum.
+/// Shorter intervals are only summed into the bucket counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OffCpuRecord {
+    pub tid: u32,
+    pub tgid: u32,
+    /// [`OffCpuKind`] as u32.
+    pub kind: u32,
+    /// CPU the thread left.
+    pub cpu_out: u32,
+    /// CPU the thread came back on.
+    pub cpu_in: u32,
+    /// Pid of the task that ran instead right after the switch-out.
+    pub next_pid: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Part of the interval spent waiting runnable.
+    pub runnable_ns: u64,
+    /// Part of the interval spent blocked (0 when preempted).
+    pub blocked_ns: u64,
+    /// Comm of the task that ran instead (NUL padded).
+    pub next_comm: [u8; 16],
+}
+
+/// Offsets of the classic-tracepoint fields the programs read.
+///
+/// The programs read the tracepoint context directly at these constant
+/// offsets (a variable offset into the context is refused by the verifier,
+/// and `bpf_probe_read_kernel` per field would cost a helper call each).
+/// Userspace checks every entry against tracefs `format` files before it
+/// loads anything, so a kernel with another layout is refused with a clear
+/// message instead of being misread.
+pub mod tp {
+    pub const SWITCH_PREV_PID: usize = 24;
+    pub const SWITCH_PREV_STATE: usize = 32;
+    pub const SWITCH_NEXT_COMM: usize = 40;
+    pub const SWITCH_NEXT_PID: usize = 56;
+    pub const WAKEUP_PID: usize = 24;
+    pub const MIGRATE_PID: usize = 12;
+    pub const NEWTASK_PID: usize = 8;
+    pub const NEWTASK_CLONE_FLAGS: usize = 32;
+    pub const EXIT_PID: usize = 24;
+    pub const SOFTIRQ_VEC: usize = 8;
+
+    /// (event, field, offset, size) for every constant above.
+    pub const LAYOUT: [(&str, &str, usize, usize); 10] = [
+        ("sched/sched_switch", "prev_pid", SWITCH_PREV_PID, 4),
+        ("sched/sched_switch", "prev_state", SWITCH_PREV_STATE, 8),
+        ("sched/sched_switch", "next_comm", SWITCH_NEXT_COMM, 16),
+        ("sched/sched_switch", "next_pid", SWITCH_NEXT_PID, 4),
+        ("sched/sched_wakeup", "pid", WAKEUP_PID, 4),
+        ("sched/sched_migrate_task", "pid", MIGRATE_PID, 4),
+        ("task/task_newtask", "pid", NEWTASK_PID, 4),
+        ("task/task_newtask", "clone_flags", NEWTASK_CLONE_FLAGS, 8),
+        ("sched/sched_process_exit", "pid", EXIT_PID, 4),
+        ("irq/softirq_entry", "vec", SOFTIRQ_VEC, 4),
+    ];
+}
+
+/// Load-time configuration of the kernel side (one global).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Config {
+    /// Process whose threads are watched.
+    pub target_tgid: u32,
+    /// Non-zero: processes forked by a watched process are watched too.
+    pub follow_children: u32,
+    /// Width of a time bucket in ns.
+    pub bucket_ns: u64,
+    /// Off-CPU intervals at least this long get a ring-buffer record.
+    pub min_offcpu_record_ns: u64,
+    /// sched_switch `prev_state` of a preempted task (`TASK_REPORT_MAX`, read
+    /// from the tracepoint's print format at load time).
+    pub preempt_state: u64,
+}
+
+/// Per-thread state kept by the kernel side for every target thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadState {
+    pub tgid: u32,
+    /// [`OffCpuKind`] of the current off-CPU interval, 0 when on CPU / unknown.
+    pub off_kind: u32,
+    pub off_ts: u64,
+    /// When the blocked thread was woken (0 = not yet).
+    pub wakeup_ts: u64,
+    pub cpu_out: u32,
+    pub next_pid: u32,
+    pub next_comm: [u8; 16],
+}
+
+/// Per-CPU state for IRQ attribution and duration measurement.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuState {
+    /// Target thread running on this CPU now, 0 if none.
+    pub target_tid: u32,
+    pub _pad: u32,
+    /// Entry time of the hard IRQ in progress (0 = none or not attributed).
+    pub hardirq_start: u64,
+    /// Entry time of the softirq in progress (0 = none or not attributed).
+    pub softirq_start: u64,
+    /// Hard-IRQ time nested inside the softirq in progress.
+    pub softirq_nested_ns: u64,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are #[repr(C)] structs of integers and byte
+    // arrays, valid for any bit pattern.
+    unsafe impl aya::Pod for super::Bucket {}
+    unsafe impl aya::Pod for super::OffCpuRecord {}
+    unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::ThreadState {}
+    unsafe impl aya::Pod for super::CpuState {}
+}

@@ -1,0 +1,2 @@
+#![no_std]
+// Empty: the programs are the `correlator` binary target (src/main.rs).

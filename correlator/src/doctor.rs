@@ -1,0 +1,132 @@
+//! `correlator doctor`: can recording work on this machine? One line per
+//! check, with a fix for each failure.
+
+use std::fs;
+
+use crate::{
+    probes::{ProbeConfig, Probes, tracefs},
+    target::Target,
+};
+
+/// Result of one check.
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    /// What was found (ok) or what to do (failed).
+    pub detail: String,
+    /// Recording cannot work without it.
+    pub required: bool,
+}
+
+fn check(name: &'static str, required: bool, result: Result<String, String>) -> Check {
+    let (ok, detail) = match result {
+        Ok(d) => (true, d),
+        Err(d) => (false, d),
+    };
+    Check {
+        name,
+        ok,
+        detail,
+        required,
+    }
+}
+
+fn kernel_version() -> Result<String, String> {
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_err(|e| format!("cannot read the kernel release: {e}"))?;
+    let release = release.trim().to_string();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    if (major, minor) >= (5, 8) {
+        Ok(format!("{release} (BPF ring buffer needs 5.8 or later)"))
+    } else {
+        Err(format!(
+            "{release} is too old: the BPF ring buffer needs Linux 5.8 or later; upgrade the kernel"
+        ))
+    }
+}
+
+fn btf() -> Result<String, String> {
+    if fs::metadata("/sys/kernel/btf/vmlinux").is_ok() {
+        Ok("/sys/kernel/btf/vmlinux present".into())
+    } else {
+        Err("no /sys/kernel/btf/vmlinux: use a kernel built with CONFIG_DEBUG_INFO_BTF=y".into())
+    }
+}
+
+fn tracefs_check() -> Result<String, String> {
+    let root = tracefs::require_root().map_err(|e| format!("{e:#}"))?;
+    tracefs::check_layout(&root).map_err(|e| format!("{e:#}"))?;
+    Ok(format!(
+        "{} mounted, tracepoint layouts match",
+        root.display()
+    ))
+}
+
+/// CAP_PERFMON = 38, CAP_BPF = 39 (linux/capability.h).
+fn privileges() -> Result<String, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return Ok("running as root".into());
+    }
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |bit: u32| caps & (1u64 << bit) != 0;
+    if has(38) && has(39) {
+        Ok("CAP_BPF and CAP_PERFMON present".into())
+    } else {
+        Err(
+            "not root and missing CAP_BPF/CAP_PERFMON: run with sudo, or \
+             `setcap cap_bpf,cap_perfmon+ep $(which correlator)`"
+                .into(),
+        )
+    }
+}
+
+fn attach_trial() -> Result<String, String> {
+    let me = Target::from_pid(std::process::id()).map_err(|e| format!("{e:#}"))?;
+    let probes = Probes::attach(&me, &ProbeConfig::default()).map_err(|e| format!("{e:#}"))?;
+    let stats = probes.stats_enabled();
+    drop(probes);
+    Ok(format!(
+        "{} tracepoints, {} software perf events per CPU, ring buffer; BPF run-time stats {}",
+        crate::probes::TRACEPOINTS.len(),
+        crate::probes::PERF_EVENTS.len(),
+        if stats { "on" } else { "unavailable" }
+    ))
+}
+
+/// Runs every check, in order.
+pub fn run_checks() -> Vec<Check> {
+    let mut checks = vec![
+        check("kernel version", true, kernel_version()),
+        check("BTF", false, btf()),
+        check("tracefs", true, tracefs_check()),
+        check("privileges", true, privileges()),
+    ];
+    let can_try = checks.iter().all(|c| c.ok || !c.required);
+    checks.push(check(
+        "load and attach probes",
+        true,
+        if can_try {
+            attach_trial()
+        } else {
+            Err("skipped: fix the failures above first".into())
+        },
+    ));
+    checks
+}
+
+/// Prints the checks; returns whether recording can work.
+pub fn print(checks: &[Check]) -> bool {
+    for c in checks {
+        let mark = if c.ok { "✔" } else { "✘" };
+        println!("{mark} {:<24} {}", c.name, c.detail);
+    }
+    checks.iter().all(|c| c.ok || !c.required)
+}

@@ -1,0 +1,14 @@
+//! correlator: why a server's latency tail spikes.
+//!
+//! Data flows one way: kernel ([`probes`]) → [`timeline`] → latency →
+//! analysis → report.
+
+pub mod cli;
+pub mod clock;
+pub mod doctor;
+pub mod probes;
+pub mod record;
+pub mod summary;
+pub mod target;
+pub mod timeline;
+pub mod workload;

@@ -1,0 +1,404 @@
+//! Kernel probes: load the eBPF object, attach every program, drain the
+//! per-CPU buckets and the ring buffer into a [`Timeline`], and account for
+//! every event the kernel side could not deliver.
+
+pub mod tracefs;
+
+use std::{os::fd::OwnedFd, time::Duration};
+
+use anyhow::{Context as _, Result};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{
+        PerfEvent, TracePoint,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    },
+    sys::{Stats, enable_stats},
+    util::online_cpus,
+};
+use correlator_common::{
+    BUCKET_SLOTS, Bucket, Config, IrqKind, NUM_COUNTERS, NUM_IRQ_KINDS, NUM_SOFTIRQ_VECTORS,
+    NUM_TOTALS, OffCpuRecord, SOFTIRQ_NAMES, TOTAL_IRQ_KIND_BASE, TOTAL_SOFTIRQ_BASE, ThreadState,
+    Total,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    clock,
+    target::Target,
+    timeline::{OffCpu, Timeline},
+};
+
+/// The compiled kernel programs, built by build.rs through aya-build.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/correlator"));
+
+/// Classic tracepoints attached, as (program, category, event).
+pub const TRACEPOINTS: [(&str, &str, &str); 19] = [
+    ("sched_switch", "sched", "sched_switch"),
+    ("sched_wakeup", "sched", "sched_wakeup"),
+    ("sched_migrate_task", "sched", "sched_migrate_task"),
+    ("task_newtask", "task", "task_newtask"),
+    ("sched_process_exit", "sched", "sched_process_exit"),
+    ("irq_handler_entry", "irq", "irq_handler_entry"),
+    ("irq_handler_exit", "irq", "irq_handler_exit"),
+    ("softirq_entry", "irq", "softirq_entry"),
+    ("softirq_exit", "irq", "softirq_exit"),
+    ("local_timer_entry", "irq_vectors", "local_timer_entry"),
+    ("local_timer_exit", "irq_vectors", "local_timer_exit"),
+    ("reschedule_entry", "irq_vectors", "reschedule_entry"),
+    ("reschedule_exit", "irq_vectors", "reschedule_exit"),
+    ("call_function_entry", "irq_vectors", "call_function_entry"),
+    ("call_function_exit", "irq_vectors", "call_function_exit"),
+    (
+        "call_function_single_entry",
+        "irq_vectors",
+        "call_function_single_entry",
+    ),
+    (
+        "call_function_single_exit",
+        "irq_vectors",
+        "call_function_single_exit",
+    ),
+    ("irq_work_entry", "irq_vectors", "irq_work_entry"),
+    ("irq_work_exit", "irq_vectors", "irq_work_exit"),
+];
+
+/// Software perf events with a program on every sample (period 1), one per CPU.
+pub const PERF_EVENTS: [(&str, SoftwareEvent); 2] = [
+    ("page_fault_minor", SoftwareEvent::PageFaultsMin),
+    ("page_fault_major", SoftwareEvent::PageFaultsMaj),
+];
+
+/// Names of the [`IrqKind`]s, index = kind.
+pub const IRQ_KIND_NAMES: [&str; NUM_IRQ_KINDS] = [
+    "device",
+    "local_timer",
+    "reschedule",
+    "call_function",
+    "call_function_single",
+    "irq_work",
+];
+
+/// What to watch and how finely.
+#[derive(Clone, Debug)]
+pub struct ProbeConfig {
+    pub follow_children: bool,
+    pub bucket: Duration,
+    pub min_offcpu_record: Duration,
+    /// Off-CPU records kept in memory at most; more are counted as lost.
+    pub max_records: usize,
+    /// Ring-buffer size in bytes (a power-of-two number of pages).
+    pub ring_bytes: u32,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        Self {
+            follow_children: false,
+            bucket: Duration::from_millis(1),
+            min_offcpu_record: Duration::from_micros(10),
+            max_records: 2_000_000,
+            ring_bytes: 4 << 20,
+        }
+    }
+}
+
+/// Cost of one kernel program over the run, from the kernel's BPF run-time
+/// statistics.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProgramCost {
+    pub name: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
+    pub ns_per_run: f64,
+}
+
+/// Everything the kernel side counted, summed over CPUs.
+#[derive(Clone, Debug, Default)]
+pub struct KernelTotals {
+    pub counters: [u64; NUM_COUNTERS],
+    pub ring_reserve_failed: u64,
+    pub thread_map_full: u64,
+    pub irq_kinds: [u64; NUM_IRQ_KINDS],
+    pub softirq_vectors: [u64; NUM_SOFTIRQ_VECTORS],
+}
+
+/// Attached probes for one target.
+pub struct Probes {
+    /// Holds the programs; dropping it detaches them.
+    ebpf: Option<Ebpf>,
+    buckets: PerCpuArray<MapData, Bucket>,
+    totals: PerCpuArray<MapData, [u64; NUM_TOTALS as usize]>,
+    records: RingBuf<MapData>,
+    bucket_ns: u64,
+    /// First bucket not drained yet.
+    next_epoch: u64,
+    /// Keeps BPF run-time statistics on while the probes run.
+    _stats: Option<OwnedFd>,
+    stats_enabled: bool,
+}
+
+fn take_map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
+    ebpf: &mut Ebpf,
+    name: &str,
+) -> Result<T> {
+    let map = ebpf
+        .take_map(name)
+        .with_context(|| format!("map {name} missing from the eBPF object"))?;
+    T::try_from(map).with_context(|| format!("map {name} has an unexpected type"))
+}
+
+impl Probes {
+    /// Loads and attaches every program for `target`.
+    pub fn attach(target: &Target, cfg: &ProbeConfig) -> Result<Self> {
+        let root = tracefs::require_root()?;
+        tracefs::check_layout(&root)?;
+        let bucket_ns = u64::try_from(cfg.bucket.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let config = Config {
+            target_tgid: target.pid,
+            follow_children: u32::from(cfg.follow_children),
+            bucket_ns,
+            min_offcpu_record_ns: u64::try_from(cfg.min_offcpu_record.as_nanos())
+                .unwrap_or(u64::MAX),
+            preempt_state: tracefs::preempt_state(&root)?,
+        };
+        // Reference-counted: stays on while we hold the fd and does not
+        // fight other tools (unlike flipping the kernel.bpf_stats_enabled sysctl).
+        let stats = enable_stats(Stats::RunTime).ok();
+        let stats_enabled = stats.is_some() || bpf_stats_sysctl_on();
+        let mut ebpf = EbpfLoader::new()
+            .override_global("CONFIG", &config, true)
+            .map_max_entries("RECORDS", cfg.ring_bytes)
+            .load(EBPF_OBJECT)
+            .map_err(|e| load_error(&e))?;
+        let next_epoch = clock::monotonic_ns() / bucket_ns;
+        let mut threads: HashMap<MapData, u32, ThreadState> = take_map(&mut ebpf, "THREADS")?;
+        let mut children: HashMap<MapData, u32, u32> = take_map(&mut ebpf, "CHILD_TGIDS")?;
+        attach_all(&mut ebpf)?;
+        // After attaching, so a thread created meanwhile is seen by
+        // task_newtask or by this scan (inserting with NOEXIST keeps state the
+        // kernel side already wrote).
+        for (tgid, tid) in target.threads(cfg.follow_children) {
+            let state = ThreadState {
+                tgid,
+                ..ThreadState::default()
+            };
+            let _ = threads.insert(&tid, &state, 1 /* BPF_NOEXIST */);
+            if tgid != target.pid {
+                let _ = children.insert(&tgid, &target.pid, 0);
+            }
+        }
+        Ok(Self {
+            buckets: take_map(&mut ebpf, "BUCKETS")?,
+            totals: take_map(&mut ebpf, "TOTALS")?,
+            records: take_map(&mut ebpf, "RECORDS")?,
+            ebpf: Some(ebpf),
+            bucket_ns,
+            next_epoch,
+            _stats: stats,
+            stats_enabled,
+        })
+    }
+
+    pub fn bucket_ns(&self) -> u64 {
+        self.bucket_ns
+    }
+
+    /// Whether BPF run-time statistics were on (program costs are known).
+    pub fn stats_enabled(&self) -> bool {
+        self.stats_enabled
+    }
+
+    /// Moves finished buckets and all pending records into `timeline`.
+    pub fn drain(&mut self, timeline: &mut Timeline) -> Result<()> {
+        // A bucket is finished once the clock is past it; one more of margin
+        // for a program that read the clock just before the boundary.
+        let now_epoch = clock::monotonic_ns() / self.bucket_ns;
+        self.drain_buckets(now_epoch.saturating_sub(1), timeline)?;
+        self.drain_records(timeline);
+        Ok(())
+    }
+
+    fn drain_buckets(&mut self, upto: u64, timeline: &mut Timeline) -> Result<()> {
+        // Slots older than the ring are gone; their events show up as the
+        // difference between totals and drained buckets.
+        let first = self
+            .next_epoch
+            .max(upto.saturating_sub(u64::from(BUCKET_SLOTS)));
+        for epoch in first..upto {
+            let slot = u32::try_from(epoch % u64::from(BUCKET_SLOTS)).unwrap_or(0);
+            let per_cpu = self.buckets.get(&slot, 0).context("reading BUCKETS")?;
+            for bucket in per_cpu.iter().filter(|b| b.epoch == epoch) {
+                timeline.add_bucket(epoch, &bucket.counts);
+            }
+        }
+        self.next_epoch = self.next_epoch.max(upto);
+        Ok(())
+    }
+
+    fn drain_records(&mut self, timeline: &mut Timeline) {
+        while let Some(item) = self.records.next() {
+            if item.len() >= size_of::<OffCpuRecord>() {
+                // SAFETY: the kernel wrote a whole OffCpuRecord (plain data);
+                // read_unaligned because the ring only guarantees 8-byte alignment.
+                let rec = unsafe { item.as_ptr().cast::<OffCpuRecord>().read_unaligned() };
+                timeline.push_offcpu(OffCpu::from(&rec));
+            }
+        }
+    }
+
+    /// Program costs so far (kernel BPF statistics).
+    pub fn costs(&self) -> Vec<ProgramCost> {
+        let Some(ebpf) = &self.ebpf else {
+            return Vec::new();
+        };
+        let mut costs: Vec<ProgramCost> = ebpf
+            .programs()
+            .filter_map(|(name, prog)| {
+                let info = prog.info().ok()?;
+                let run_count = info.run_count();
+                let run_time_ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
+                Some(ProgramCost {
+                    name: name.to_string(),
+                    run_count,
+                    run_time_ns,
+                    ns_per_run: if run_count == 0 {
+                        0.0
+                    } else {
+                        run_time_ns as f64 / run_count as f64
+                    },
+                })
+            })
+            .collect();
+        costs.sort_by(|a, b| a.name.cmp(&b.name));
+        costs
+    }
+
+    /// Detaches every program, then drains everything that is left. Returns
+    /// the program costs and the kernel's totals.
+    pub fn finish(mut self, timeline: &mut Timeline) -> Result<(Vec<ProgramCost>, KernelTotals)> {
+        let costs = self.costs();
+        drop(self.ebpf.take());
+        let end = clock::monotonic_ns() / self.bucket_ns + 1;
+        self.drain_buckets(end, timeline)?;
+        self.drain_records(timeline);
+        Ok((costs, self.read_totals()?))
+    }
+
+    fn read_totals(&self) -> Result<KernelTotals> {
+        let per_cpu = self.totals.get(&0, 0).context("reading TOTALS")?;
+        let mut sum = [0u64; NUM_TOTALS as usize];
+        for cpu in per_cpu.iter() {
+            for (s, v) in sum.iter_mut().zip(cpu.iter()) {
+                *s += v;
+            }
+        }
+        let mut totals = KernelTotals::default();
+        totals.counters.copy_from_slice(&sum[..NUM_COUNTERS]);
+        totals.ring_reserve_failed = sum[Total::RingReserveFailed as usize];
+        totals.thread_map_full = sum[Total::ThreadMapFull as usize];
+        let irq = TOTAL_IRQ_KIND_BASE as usize;
+        totals
+            .irq_kinds
+            .copy_from_slice(&sum[irq..irq + NUM_IRQ_KINDS]);
+        let soft = TOTAL_SOFTIRQ_BASE as usize;
+        totals
+            .softirq_vectors
+            .copy_from_slice(&sum[soft..soft + NUM_SOFTIRQ_VECTORS]);
+        Ok(totals)
+    }
+}
+
+fn attach_all(ebpf: &mut Ebpf) -> Result<()> {
+    for (prog, category, event) in TRACEPOINTS {
+        let program: &mut TracePoint = ebpf
+            .program_mut(prog)
+            .with_context(|| format!("program {prog} missing from the eBPF object"))?
+            .try_into()?;
+        program.load().map_err(|e| refused(prog, &e))?;
+        program
+            .attach(category, event)
+            .with_context(|| format!("cannot attach to tracepoint {category}:{event}"))?;
+    }
+    let cpus = online_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?;
+    for (prog, event) in PERF_EVENTS {
+        let program: &mut PerfEvent = ebpf
+            .program_mut(prog)
+            .with_context(|| format!("program {prog} missing from the eBPF object"))?
+            .try_into()?;
+        program.load().map_err(|e| refused(prog, &e))?;
+        for &cpu in &cpus {
+            program
+                .attach(
+                    PerfEventConfig::Software(event),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Period(1),
+                    false,
+                )
+                .with_context(|| format!("cannot open software perf event {prog} on CPU {cpu}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The kernel's refusal, without the verifier's full log (hundreds of lines):
+/// its first line and the verifier's verdict (the last lines).
+fn refused(prog: &str, e: &aya::programs::ProgramError) -> anyhow::Error {
+    let text = format!("{e:#}");
+    log::debug!("{prog}: {text}");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let short = if lines.len() > 6 {
+        let tail = lines
+            .iter()
+            .rev()
+            .take(4)
+            .rev()
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" | ");
+        format!("{} ... {tail}", lines[0])
+    } else {
+        lines.join(" | ")
+    };
+    anyhow::anyhow!(
+        "the kernel refused to load program {prog}: {short} (run with RUST_LOG=debug for the full verifier log)"
+    )
+}
+
+fn load_error(e: &aya::EbpfError) -> anyhow::Error {
+    let text = format!("{e:#}");
+    if text.contains("EPERM") || text.contains("Operation not permitted") {
+        anyhow::anyhow!(
+            "not permitted to load eBPF programs ({text}): run as root or grant CAP_BPF and CAP_PERFMON"
+        )
+    } else {
+        anyhow::anyhow!("loading the eBPF programs failed: {text}")
+    }
+}
+
+fn bpf_stats_sysctl_on() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+        .map(|s| s.trim() == "1")
+        .unwrap_or(false)
+}
+
+impl KernelTotals {
+    /// Per-IRQ-kind counts with their names.
+    pub fn irq_kinds_named(&self) -> Vec<(&'static str, u64)> {
+        IRQ_KIND_NAMES.iter().copied().zip(self.irq_kinds).collect()
+    }
+
+    /// Per-softirq-vector counts with their names.
+    pub fn softirqs_named(&self) -> Vec<(&'static str, u64)> {
+        SOFTIRQ_NAMES
+            .iter()
+            .copied()
+            .zip(self.softirq_vectors)
+            .collect()
+    }
+}
+
+const _: () = assert!(IRQ_KIND_NAMES.len() == IrqKind::IrqWork as usize + 1);

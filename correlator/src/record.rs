@@ -1,0 +1,140 @@
+//! `correlator record`: attach to a process, record until the duration
+//! ends, Ctrl-C / SIGTERM, or the target exits, and write a run file.
+//! Whatever stops the run, what was captured is written.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{Context as _, Result};
+use correlator_common::Counter;
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    clock,
+    probes::{ProbeConfig, Probes},
+    target::Target,
+    timeline::{
+        Timeline,
+        runfile::{Capture, Overhead, RunFile, StopReason},
+    },
+};
+
+/// How often the buckets and the ring buffer are drained.
+const DRAIN_EVERY: Duration = Duration::from_millis(100);
+
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub pid: u32,
+    pub duration: Duration,
+    pub out: PathBuf,
+    pub probes: ProbeConfig,
+    pub progress: bool,
+}
+
+/// Records and writes the run file; returns it.
+pub fn record(opts: &RecordOptions) -> Result<RunFile> {
+    let target = Target::from_pid(opts.pid)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let capture = runtime.block_on(capture(target, opts))?;
+    let run = RunFile::from_capture(capture);
+    run.save(&opts.out)?;
+    Ok(run)
+}
+
+async fn capture(target: Target, opts: &RecordOptions) -> Result<Capture> {
+    let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut probes = Probes::attach(&target, &opts.probes)?;
+    let started_ns = clock::monotonic_ns();
+    let mut timeline = Timeline::new(probes.bucket_ns(), opts.probes.max_records);
+    eprintln!(
+        "correlator: attached to PID {} ({}); recording for {} (Ctrl-C stops early)",
+        target.pid,
+        target.comm,
+        humantime::format_duration(opts.duration)
+    );
+    let bar = progress_bar(opts);
+    let deadline = tokio::time::Instant::now() + opts.duration;
+    let mut tick = tokio::time::interval(DRAIN_EVERY);
+    let stop_reason = loop {
+        tokio::select! {
+            _ = sigint.recv() => break StopReason::Interrupted,
+            _ = sigterm.recv() => break StopReason::Interrupted,
+            _ = tokio::time::sleep_until(deadline) => break StopReason::Duration,
+            _ = tick.tick() => {
+                probes.drain(&mut timeline)?;
+                if !target.is_alive() {
+                    break StopReason::TargetExited;
+                }
+                if let Some(bar) = &bar {
+                    bar.set_position(clock::monotonic_ns().saturating_sub(started_ns) / 1_000_000);
+                    bar.set_message(progress_message(&timeline));
+                }
+            }
+        }
+    };
+    let ended_ns = clock::monotonic_ns();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let stats_enabled = probes.stats_enabled();
+    let (programs, kernel) = probes.finish(&mut timeline)?;
+    let mut notes = Vec::new();
+    match stop_reason {
+        StopReason::TargetExited => notes.push(format!(
+            "the target exited after {:.1} s; the run covers its life until then",
+            (ended_ns - started_ns) as f64 / 1e9
+        )),
+        StopReason::Interrupted => notes.push(format!(
+            "recording was interrupted after {:.1} s",
+            (ended_ns - started_ns) as f64 / 1e9
+        )),
+        StopReason::Duration => {}
+    }
+    if !stats_enabled {
+        notes.push("BPF run-time statistics were unavailable: program costs unknown".into());
+    }
+    Ok(Capture {
+        target,
+        follow_children: opts.probes.follow_children,
+        started_ns,
+        ended_ns,
+        stop_reason,
+        min_offcpu_record_ns: u64::try_from(opts.probes.min_offcpu_record.as_nanos())
+            .unwrap_or(u64::MAX),
+        timeline,
+        kernel,
+        overhead: Overhead {
+            stats_enabled,
+            programs,
+        },
+        notes,
+    })
+}
+
+fn progress_bar(opts: &RecordOptions) -> Option<ProgressBar> {
+    if !opts.progress {
+        return None;
+    }
+    let total_ms = u64::try_from(opts.duration.as_millis()).unwrap_or(u64::MAX);
+    let bar = ProgressBar::new(total_ms);
+    let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    Some(bar)
+}
+
+fn progress_message(timeline: &Timeline) -> String {
+    let sum = timeline.sum();
+    let at = |c: Counter| sum[c as usize];
+    format!(
+        "faults {} switches {} migrations {} irqs {}",
+        at(Counter::PageFaultsMinor) + at(Counter::PageFaultsMajor),
+        at(Counter::SwitchesVoluntary) + at(Counter::SwitchesInvoluntary),
+        at(Counter::Migrations),
+        at(Counter::HardIrqs) + at(Counter::SoftIrqs)
+    )
+}

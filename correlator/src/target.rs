@@ -1,0 +1,196 @@
+//! The process being watched: validation of a user-given PID and
+//! enumeration of its threads (and, optionally, descendant processes).
+
+use std::{fs, path::PathBuf};
+
+use anyhow::{Result, bail};
+use serde::{Deserialize, Serialize};
+
+/// A live user-space process.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Target {
+    pub pid: u32,
+    pub comm: String,
+    pub cmdline: String,
+}
+
+fn proc_path(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}"))
+}
+
+impl Target {
+    /// Checks that `pid` names a live user-space process.
+    pub fn from_pid(pid: u32) -> Result<Self> {
+        if pid == 0 {
+            bail!("PID 0 is the idle task, not a process; give the PID of the server to watch");
+        }
+        let dir = proc_path(pid);
+        let Ok(stat) = fs::read_to_string(dir.join("stat")) else {
+            bail!("no process with PID {pid}; check the PID (e.g. `pgrep -a NAME`)");
+        };
+        let Some(info) = parse_stat(&stat) else {
+            bail!("cannot parse /proc/{pid}/stat");
+        };
+        if info.state == 'Z' || info.state == 'X' {
+            bail!("process {pid} ({}) has already exited (zombie)", info.comm);
+        }
+        let tgid = read_tgid(pid);
+        if tgid.is_some_and(|t| t != pid) {
+            bail!(
+                "{pid} is a thread of process {}, not a process; give the process PID",
+                tgid.unwrap_or(0)
+            );
+        }
+        let cmdline = fs::read(dir.join("cmdline")).unwrap_or_default();
+        // PF_KTHREAD: kernel threads have no user address space and no cmdline.
+        if info.flags & 0x0020_0000 != 0 || (cmdline.is_empty() && info.ppid == 2) {
+            bail!(
+                "PID {pid} ({}) is a kernel thread; correlator watches user-space servers",
+                info.comm
+            );
+        }
+        let cmdline = cmdline
+            .split(|&b| b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        Ok(Self {
+            pid,
+            comm: info.comm,
+            cmdline,
+        })
+    }
+
+    /// Whether the process still runs (exists and is not a zombie).
+    pub fn is_alive(&self) -> bool {
+        is_alive(self.pid)
+    }
+
+    /// (tgid, tid) of every thread of the target, and with `children` of
+    /// every descendant process too.
+    pub fn threads(&self, children: bool) -> Vec<(u32, u32)> {
+        let mut tgids = vec![self.pid];
+        if children {
+            tgids.extend(descendants(self.pid));
+        }
+        tgids
+            .into_iter()
+            .flat_map(|tgid| task_ids(tgid).into_iter().map(move |tid| (tgid, tid)))
+            .collect()
+    }
+}
+
+/// Whether `pid` exists and is not a zombie.
+pub fn is_alive(pid: u32) -> bool {
+    fs::read_to_string(proc_path(pid).join("stat"))
+        .ok()
+        .and_then(|s| parse_stat(&s))
+        .is_some_and(|i| i.state != 'Z' && i.state != 'X')
+}
+
+struct StatInfo {
+    comm: String,
+    state: char,
+    ppid: u32,
+    flags: u64,
+}
+
+/// Parses the fields of /proc/PID/stat we need. The comm is in parentheses
+/// and may itself contain spaces and parentheses: split at the last ')'.
+fn parse_stat(stat: &str) -> Option<StatInfo> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_string();
+    let mut rest = stat.get(close + 1..)?.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    // pgrp, session, tty_nr, tpgid, then flags (field 9).
+    let flags = rest.nth(4)?.parse().ok()?;
+    Some(StatInfo {
+        comm,
+        state,
+        ppid,
+        flags,
+    })
+}
+
+fn read_tgid(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(proc_path(pid).join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn task_ids(pid: u32) -> Vec<u32> {
+    fs::read_dir(proc_path(pid).join("task"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// All processes descending from `pid` (children, grandchildren, ...).
+fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(|e| {
+                let child: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+                let stat = fs::read_to_string(proc_path(child).join("stat")).ok()?;
+                Some((child, parse_stat(&stat)?.ppid))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for &(child, ppid) in &parents {
+            if ppid == parent && !found.contains(&child) {
+                found.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_comm() {
+        let s = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0";
+        let info = parse_stat(s).expect("parses");
+        assert_eq!(info.comm, "a (b) c");
+        assert_eq!(info.state, 'S');
+        assert_eq!(info.ppid, 1);
+        assert_eq!(info.flags, 4194560);
+    }
+
+    #[test]
+    fn rejects_missing_and_kernel_pids() {
+        let err = Target::from_pid(u32::MAX - 1).expect_err("no such pid");
+        assert!(err.to_string().contains("no process with PID"), "{err}");
+        let err = Target::from_pid(0).expect_err("idle");
+        assert!(err.to_string().contains("idle task"), "{err}");
+        // PID 2 is kthreadd on Linux.
+        let err = Target::from_pid(2).expect_err("kthreadd");
+        assert!(err.to_string().contains("kernel thread"), "{err}");
+    }
+
+    #[test]
+    fn own_process_is_a_target_with_threads() {
+        let me = Target::from_pid(std::process::id()).expect("self");
+        assert!(me.is_alive());
+        let threads = me.threads(false);
+        assert!(
+            threads
+                .iter()
+                .any(|&(tgid, tid)| tgid == me.pid && tid == me.pid)
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! The timeline of a run: kernel event counts per time bucket (summed over
+//! CPUs) and the off-CPU intervals of the target's threads, all on
+//! CLOCK_MONOTONIC.
+//!
+//! Memory is bounded by run length: buckets are sparse (only buckets with
+//! events are stored) and off-CPU records are capped; records beyond the cap
+//! are counted, never silently dropped.
+
+pub mod runfile;
+
+use std::collections::BTreeMap;
+
+use correlator_common::{NUM_COUNTERS, OffCpuKind, OffCpuRecord};
+use serde::{Deserialize, Serialize};
+
+/// An off-CPU interval of one target thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffCpu {
+    pub tid: u32,
+    pub tgid: u32,
+    pub preempted: bool,
+    pub cpu_out: u32,
+    pub cpu_in: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub runnable_ns: u64,
+    pub blocked_ns: u64,
+    /// The task that ran on `cpu_out` right after the switch-out.
+    pub next_pid: u32,
+    pub next_comm: String,
+}
+
+impl From<&OffCpuRecord> for OffCpu {
+    fn from(r: &OffCpuRecord) -> Self {
+        let len = r.next_comm.iter().position(|&b| b == 0).unwrap_or(16);
+        Self {
+            tid: r.tid,
+            tgid: r.tgid,
+            preempted: r.kind == OffCpuKind::Preempted as u32,
+            cpu_out: r.cpu_out,
+            cpu_in: r.cpu_in,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+            runnable_ns: r.runnable_ns,
+            blocked_ns: r.blocked_ns,
+            next_pid: r.next_pid,
+            next_comm: String::from_utf8_lossy(&r.next_comm[..len]).into_owned(),
+        }
+    }
+}
+
+/// Counts of one bucket, indexed by `correlator_common::Counter`.
+pub type Counts = [u64; NUM_COUNTERS];
+
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    bucket_ns: u64,
+    buckets: BTreeMap<u64, Counts>,
+    /// Running sum of every bucket (kept, not recomputed: read on every drain).
+    sum: Counts,
+    offcpu: Vec<OffCpu>,
+    max_records: usize,
+    records_over_cap: u64,
+}
+
+impl Timeline {
+    pub fn new(bucket_ns: u64, max_records: usize) -> Self {
+        Self {
+            bucket_ns,
+            buckets: BTreeMap::new(),
+            sum: [0; NUM_COUNTERS],
+            offcpu: Vec::new(),
+            max_records,
+            records_over_cap: 0,
+        }
+    }
+
+    pub fn bucket_ns(&self) -> u64 {
+        self.bucket_ns
+    }
+
+    /// Adds one CPU's counts for bucket `epoch` (time `epoch * bucket_ns`).
+    pub fn add_bucket(&mut self, epoch: u64, counts: &Counts) {
+        if counts.iter().all(|&c| c == 0) {
+            return;
+        }
+        let slot = self.buckets.entry(epoch).or_insert([0; NUM_COUNTERS]);
+        for ((s, total), c) in slot.iter_mut().zip(self.sum.iter_mut()).zip(counts) {
+            *s += c;
+            *total += c;
+        }
+    }
+
+    pub fn push_offcpu(&mut self, interval: OffCpu) {
+        if self.offcpu.len() < self.max_records {
+            self.offcpu.push(interval);
+        } else {
+            self.records_over_cap += 1;
+        }
+    }
+
+    /// Buckets with events, in time order, as (epoch, counts).
+    pub fn buckets(&self) -> impl Iterator<Item = (u64, &Counts)> {
+        self.buckets.iter().map(|(e, c)| (*e, c))
+    }
+
+    pub fn offcpu(&self) -> &[OffCpu] {
+        &self.offcpu
+    }
+
+    /// Off-CPU records not kept because of the memory cap.
+    pub fn records_over_cap(&self) -> u64 {
+        self.records_over_cap
+    }
+
+    /// Sum of every bucket.
+    pub fn sum(&self) -> Counts {
+        self.sum
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_cpus_and_skips_empty_buckets() {
+        let mut t = Timeline::new(1_000_000, 10);
+        let mut a = [0; NUM_COUNTERS];
+        a[0] = 2;
+        t.add_bucket(5, &a);
+        t.add_bucket(5, &a);
+        t.add_bucket(6, &[0; NUM_COUNTERS]);
+        assert_eq!(t.buckets().count(), 1);
+        assert_eq!(t.sum()[0], 4);
+    }
+
+    #[test]
+    fn counts_records_over_cap() {
+        let mut t = Timeline::new(1, 1);
+        let rec = OffCpu {
+            tid: 1,
+            tgid: 1,
+            preempted: true,
+            cpu_out: 0,
+            cpu_in: 0,
+            start_ns: 0,
+            end_ns: 1,
+            runnable_ns: 1,
+            blocked_ns: 0,
+            next_pid: 0,
+            next_comm: String::new(),
+        };
+        t.push_offcpu(rec.clone());
+        t.push_offcpu(rec);
+        assert_eq!(t.offcpu().len(), 1);
+        assert_eq!(t.records_over_cap(), 1);
+    }
+}

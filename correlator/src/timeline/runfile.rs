@@ -1,0 +1,277 @@
+//! The run file: what `correlator record` captured, as one JSON document
+//! (schema `correlator.run/v1`, documented in docs/run-file.md).
+//!
+//! Its size is bounded by the run's length, not by event count: buckets are
+//! per time slot, and off-CPU records are capped (see [`super::Timeline`]).
+
+use std::{collections::BTreeMap, fs, io::BufWriter, path::Path};
+
+use anyhow::{Context as _, Result, bail};
+use correlator_common::{Counter, NUM_COUNTERS};
+use serde::{Deserialize, Serialize};
+
+use super::{Counts, OffCpu, Timeline};
+use crate::{
+    probes::{KernelTotals, ProgramCost},
+    target::Target,
+};
+
+pub const SCHEMA: &str = "correlator.run/v1";
+
+/// Why recording stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    Duration,
+    Interrupted,
+    TargetExited,
+}
+
+/// Event totals per family, under the names every output uses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventTotals {
+    pub page_faults_minor: u64,
+    pub page_faults_major: u64,
+    pub context_switches_voluntary: u64,
+    pub context_switches_involuntary: u64,
+    pub migrations: u64,
+    pub hardirqs: u64,
+    pub softirqs: u64,
+    /// Every kernel event or record that did not reach the run file.
+    pub lost: u64,
+}
+
+/// Summed durations, in ns.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Durations {
+    pub hardirq_ns: u64,
+    pub softirq_ns: u64,
+    pub runnable_ns: u64,
+    pub blocked_ns: u64,
+}
+
+/// Where losses came from; `EventTotals::lost` is their sum.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Losses {
+    /// Off-CPU records the kernel could not put in the full ring buffer.
+    pub ring_reserve_failed: u64,
+    /// Threads the kernel could not track (thread map full).
+    pub thread_map_full: u64,
+    /// Off-CPU records not kept because of the in-memory cap.
+    pub records_over_cap: u64,
+    /// Events counted in the kernel totals but missing from the drained
+    /// buckets (the drain fell more than the bucket ring behind).
+    pub bucket_events_undrained: u64,
+}
+
+impl Losses {
+    pub fn total(&self) -> u64 {
+        self.ring_reserve_failed
+            + self.thread_map_full
+            + self.records_over_cap
+            + self.bucket_events_undrained
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Overhead {
+    /// Whether the kernel's BPF run-time statistics were on during the run.
+    pub stats_enabled: bool,
+    pub programs: Vec<ProgramCost>,
+}
+
+/// Machine facts recorded with every result.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Environment {
+    pub kernel: String,
+    pub cpus: usize,
+    pub transparent_hugepage: String,
+}
+
+impl Environment {
+    pub fn current() -> Self {
+        let read = |p: &str| fs::read_to_string(p).unwrap_or_default().trim().to_string();
+        Self {
+            kernel: read("/proc/sys/kernel/osrelease"),
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            transparent_hugepage: read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        }
+    }
+}
+
+/// A bucket row: (bucket number, counts in `counter_names` order).
+pub type BucketRow = (u64, Counts);
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunFile {
+    pub schema: String,
+    pub correlator_version: String,
+    pub target: Target,
+    pub follow_children: bool,
+    /// CLOCK_MONOTONIC ns of the first and last instant recorded.
+    pub started_ns: u64,
+    pub ended_ns: u64,
+    pub stop_reason: StopReason,
+    pub bucket_ns: u64,
+    pub counter_names: Vec<String>,
+    pub buckets: Vec<BucketRow>,
+    pub offcpu: Vec<OffCpu>,
+    /// Off-CPU intervals shorter than this are only in the bucket sums.
+    pub min_offcpu_record_ns: u64,
+    pub totals: EventTotals,
+    pub durations: Durations,
+    pub irq_kinds: BTreeMap<String, u64>,
+    pub softirq_vectors: BTreeMap<String, u64>,
+    pub losses: Losses,
+    pub overhead: Overhead,
+    pub environment: Environment,
+    pub notes: Vec<String>,
+}
+
+/// Name of each counter slot in run files.
+pub fn counter_name(c: Counter) -> &'static str {
+    match c {
+        Counter::PageFaultsMinor => "page_faults_minor",
+        Counter::PageFaultsMajor => "page_faults_major",
+        Counter::SwitchesVoluntary => "context_switches_voluntary",
+        Counter::SwitchesInvoluntary => "context_switches_involuntary",
+        Counter::Migrations => "migrations",
+        Counter::HardIrqs => "hardirqs",
+        Counter::SoftIrqs => "softirqs",
+        Counter::HardIrqNs => "hardirq_ns",
+        Counter::SoftIrqNs => "softirq_ns",
+        Counter::RunnableNs => "runnable_ns",
+        Counter::BlockedNs => "blocked_ns",
+    }
+}
+
+/// Counters that count events (the others sum durations).
+const EVENT_COUNTERS: [Counter; 7] = [
+    Counter::PageFaultsMinor,
+    Counter::PageFaultsMajor,
+    Counter::SwitchesVoluntary,
+    Counter::SwitchesInvoluntary,
+    Counter::Migrations,
+    Counter::HardIrqs,
+    Counter::SoftIrqs,
+];
+
+/// What a recording produced, before it becomes a run file.
+pub struct Capture {
+    pub target: Target,
+    pub follow_children: bool,
+    pub started_ns: u64,
+    pub ended_ns: u64,
+    pub stop_reason: StopReason,
+    pub min_offcpu_record_ns: u64,
+    pub timeline: Timeline,
+    pub kernel: KernelTotals,
+    pub overhead: Overhead,
+    pub notes: Vec<String>,
+}
+
+impl RunFile {
+    /// Builds the run file; totals are the kernel's (never reset) totals,
+    /// and any shortfall of the drained buckets against them is a loss.
+    pub fn from_capture(c: Capture) -> Self {
+        let drained = c.timeline.sum();
+        let k = &c.kernel.counters;
+        let undrained: u64 = EVENT_COUNTERS
+            .iter()
+            .map(|&ctr| k[ctr as usize].saturating_sub(drained[ctr as usize]))
+            .sum();
+        let losses = Losses {
+            ring_reserve_failed: c.kernel.ring_reserve_failed,
+            thread_map_full: c.kernel.thread_map_full,
+            records_over_cap: c.timeline.records_over_cap(),
+            bucket_events_undrained: undrained,
+        };
+        let at = |ctr: Counter| k[ctr as usize];
+        let totals = EventTotals {
+            page_faults_minor: at(Counter::PageFaultsMinor),
+            page_faults_major: at(Counter::PageFaultsMajor),
+            context_switches_voluntary: at(Counter::SwitchesVoluntary),
+            context_switches_involuntary: at(Counter::SwitchesInvoluntary),
+            migrations: at(Counter::Migrations),
+            hardirqs: at(Counter::HardIrqs),
+            softirqs: at(Counter::SoftIrqs),
+            lost: losses.total(),
+        };
+        let durations = Durations {
+            hardirq_ns: at(Counter::HardIrqNs),
+            softirq_ns: at(Counter::SoftIrqNs),
+            runnable_ns: at(Counter::RunnableNs),
+            blocked_ns: at(Counter::BlockedNs),
+        };
+        let named = |v: Vec<(&str, u64)>| v.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
+        let mut notes = c.notes;
+        if totals.lost > 0 {
+            notes.push(format!(
+                "{} kernel events or records were lost (see losses); counts are incomplete",
+                totals.lost
+            ));
+        }
+        Self {
+            schema: SCHEMA.to_string(),
+            correlator_version: env!("CARGO_PKG_VERSION").to_string(),
+            irq_kinds: named(c.kernel.irq_kinds_named()),
+            softirq_vectors: named(c.kernel.softirqs_named()),
+            target: c.target,
+            follow_children: c.follow_children,
+            started_ns: c.started_ns,
+            ended_ns: c.ended_ns,
+            stop_reason: c.stop_reason,
+            bucket_ns: c.timeline.bucket_ns(),
+            counter_names: Counter::ALL
+                .iter()
+                .map(|&c| counter_name(c).to_string())
+                .collect(),
+            buckets: c.timeline.buckets().map(|(e, c)| (e, *c)).collect(),
+            offcpu: c.timeline.offcpu().to_vec(),
+            min_offcpu_record_ns: c.min_offcpu_record_ns,
+            totals,
+            durations,
+            losses,
+            overhead: c.overhead,
+            environment: Environment::current(),
+            notes,
+        }
+    }
+
+    pub fn duration_ns(&self) -> u64 {
+        self.ended_ns.saturating_sub(self.started_ns)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let tmp = path.with_extension("tmp");
+        let file = fs::File::create(&tmp)
+            .with_context(|| format!("cannot create run file {}", tmp.display()))?;
+        serde_json::to_writer(BufWriter::new(file), self)
+            .with_context(|| format!("cannot write run file {}", tmp.display()))?;
+        fs::rename(&tmp, path)
+            .with_context(|| format!("cannot move run file into place at {}", path.display()))
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = fs::read_to_string(path)
+            .with_context(|| format!("cannot read run file {}", path.display()))?;
+        let probe: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+            format!("{} is not a correlator run file (not JSON)", path.display())
+        })?;
+        match probe.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => {}
+            Some(other) => bail!(
+                "{} has schema {other}; this correlator reads {SCHEMA}",
+                path.display()
+            ),
+            None => bail!(
+                "{} is not a correlator run file (no \"schema\" field)",
+                path.display()
+            ),
+        }
+        serde_json::from_value(probe)
+            .with_context(|| format!("{} is a malformed {SCHEMA} run file", path.display()))
+    }
+}
+
+const _: () = assert!(NUM_COUNTERS == Counter::ALL.len());

@@ -1,0 +1,236 @@
+//! A helper target that does known work, for ground-truth tests of the
+//! probes (hidden subcommand `correlator workload`).
+//!
+//! It waits for a line on stdin (so a recorder can attach first), does the
+//! work it was asked for, prints its own getrusage before/after as JSON on
+//! stdout, and exits.
+
+use std::{
+    fs,
+    io::{BufRead as _, Write as _},
+    os::unix::fs::FileExt as _,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde::Serialize;
+
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct WorkloadArgs {
+    /// Anonymous pages to touch (minor faults).
+    #[arg(long, default_value_t = 0)]
+    pub minor_faults: usize,
+    /// File-backed pages evicted from the page cache, then read (major faults).
+    #[arg(long, default_value_t = 0)]
+    pub major_faults: usize,
+    /// Directory for the major-fault file (must be on a disk, not tmpfs).
+    #[arg(long)]
+    pub fault_dir: Option<PathBuf>,
+    /// 1 ms sleeps (voluntary context switches).
+    #[arg(long, default_value_t = 0)]
+    pub sleeps: usize,
+    /// Affinity hops between CPU 0 and CPU 1 (migrations).
+    #[arg(long, default_value_t = 0)]
+    pub hops: usize,
+    /// Busy spin for this many ms, pinned to --spin-cpu (takes timer interrupts).
+    #[arg(long, default_value_t = 0)]
+    pub spin_ms: u64,
+    #[arg(long, default_value_t = 1)]
+    pub spin_cpu: usize,
+    /// Do the work in a thread created after the go signal.
+    #[arg(long)]
+    pub in_new_thread: bool,
+}
+
+/// The process's own resource usage, from getrusage(RUSAGE_SELF).
+#[derive(Clone, Copy, Debug, Default, Serialize, serde::Deserialize)]
+pub struct Usage {
+    pub minflt: i64,
+    pub majflt: i64,
+    pub nvcsw: i64,
+    pub nivcsw: i64,
+}
+
+pub fn usage() -> Usage {
+    // SAFETY: zeroed rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    Usage {
+        minflt: ru.ru_minflt,
+        majflt: ru.ru_majflt,
+        nvcsw: ru.ru_nvcsw,
+        nivcsw: ru.ru_nivcsw,
+    }
+}
+
+#[derive(Serialize)]
+struct Report {
+    before: Usage,
+    after: Usage,
+}
+
+pub fn run(args: &WorkloadArgs) -> Result<()> {
+    let page = page_size();
+    // Prepare the major-fault file before "go": its writes are not the work.
+    let major = if args.major_faults > 0 {
+        Some(prepare_major_file(args, page)?)
+    } else {
+        None
+    };
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    let before = usage();
+    if args.in_new_thread {
+        let args = args.clone();
+        std::thread::spawn(move || work(&args, major.as_ref(), page))
+            .join()
+            .map_err(|_| anyhow::anyhow!("worker thread panicked"))??;
+    } else {
+        work(args, major.as_ref(), page)?;
+    }
+    let after = usage();
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, &Report { before, after })?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).unwrap_or(4096)
+}
+
+struct MajorFile {
+    file: fs::File,
+    path: PathBuf,
+    len: usize,
+}
+
+impl Drop for MajorFile {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+fn prepare_major_file(args: &WorkloadArgs, page: usize) -> Result<MajorFile> {
+    let dir = args.fault_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let path = dir.join(format!("correlator-workload-{}.dat", std::process::id()));
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let len = args.major_faults * page;
+    file.write_all_at(&vec![0xa5u8; len], 0)?;
+    file.sync_all()?;
+    Ok(MajorFile { file, path, len })
+}
+
+fn work(args: &WorkloadArgs, major: Option<&MajorFile>, page: usize) -> Result<()> {
+    if args.minor_faults > 0 {
+        touch_anonymous(args.minor_faults, page)?;
+    }
+    if let Some(m) = major {
+        read_evicted(m, page)?;
+    }
+    for _ in 0..args.sleeps {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for i in 0..args.hops {
+        pin(i % 2)?;
+    }
+    if args.spin_ms > 0 {
+        pin(args.spin_cpu)?;
+        let end = Instant::now() + Duration::from_millis(args.spin_ms);
+        let mut x = 0u64;
+        while Instant::now() < end {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
+    Ok(())
+}
+
+fn touch_anonymous(pages: usize, page: usize) -> Result<()> {
+    let len = pages * page;
+    // SAFETY: anonymous private mapping, checked for failure, unmapped below.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        bail!("mmap failed: {}", std::io::Error::last_os_error());
+    }
+    // One fault per page: no huge pages for this region.
+    // SAFETY: ptr/len from mmap above.
+    unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
+    let base = ptr.cast::<u8>();
+    for i in 0..pages {
+        // SAFETY: within the mapping.
+        unsafe { base.add(i * page).write_volatile(1) };
+    }
+    // SAFETY: ptr/len from mmap above.
+    unsafe { libc::munmap(ptr, len) };
+    Ok(())
+}
+
+fn read_evicted(m: &MajorFile, page: usize) -> Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let fd = m.file.as_raw_fd();
+    // SAFETY: valid fd; drops the file's clean pages from the page cache.
+    unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+    // SAFETY: shared read-only file mapping, checked, unmapped below.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            m.len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        bail!("mmap failed: {}", std::io::Error::last_os_error());
+    }
+    // No readahead: every page is read from disk by its own fault.
+    // SAFETY: ptr/len from mmap above.
+    unsafe { libc::madvise(ptr, m.len, libc::MADV_RANDOM) };
+    let base = ptr.cast::<u8>();
+    let mut sum = 0u64;
+    for i in 0..m.len / page {
+        // SAFETY: within the mapping.
+        sum += u64::from(unsafe { base.add(i * page).read_volatile() });
+    }
+    std::hint::black_box(sum);
+    // SAFETY: ptr/len from mmap above.
+    unsafe { libc::munmap(ptr, m.len) };
+    Ok(())
+}
+
+/// Pins the calling thread to one CPU.
+pub fn pin(cpu: usize) -> Result<()> {
+    // SAFETY: zeroed cpu_set_t is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu < CPU_SETSIZE on any machine this runs on.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: valid set for the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        bail!(
+            "sched_setaffinity({cpu}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! Bad input gets one clear line on stderr and a non-zero exit. These paths
+//! are checked before anything is loaded, so they need no privileges.
+
+mod common;
+
+use std::process::Command;
+
+use common::{BIN, scratch};
+
+fn fails_with(args: &[&str], needle: &str) {
+    let out = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run correlator");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} should fail");
+    assert!(
+        err.contains(needle),
+        "{args:?}: stderr lacks {needle:?}:\n{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line, got:\n{err}");
+}
+
+#[test]
+fn nonexistent_pid() {
+    fails_with(
+        &["record", "--pid", "999999999", "--duration", "1s"],
+        "no process with PID",
+    );
+}
+
+#[test]
+fn kernel_thread() {
+    fails_with(
+        &["record", "--pid", "2", "--duration", "1s"],
+        "kernel thread",
+    );
+}
+
+#[test]
+fn dead_target() {
+    let mut child = Command::new("true").spawn().expect("spawn");
+    let pid = child.id();
+    // Zombie until reaped: recording it must be refused.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    fails_with(
+        &["record", "--pid", &pid.to_string(), "--duration", "1s"],
+        "exited",
+    );
+    let _ = child.wait();
+}
+
+#[test]
+fn malformed_run_file() {
+    let dir = scratch("malformed");
+    let bad = dir.join("bad.run");
+    std::fs::write(&bad, "{not json").expect("write");
+    fails_with(
+        &["summary", bad.to_str().expect("utf8")],
+        "not a correlator run file",
+    );
+    std::fs::write(&bad, r#"{"schema":"correlator.run/v999"}"#).expect("write");
+    fails_with(&["summary", bad.to_str().expect("utf8")], "schema");
+    fails_with(&["summary", "/nonexistent/x.run"], "cannot read run file");
+}

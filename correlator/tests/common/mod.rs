@@ -1,0 +1,142 @@
+//! Shared helpers for live tests: privilege gating, spawning the workload
+//! helper and the recorder.
+#![allow(dead_code)]
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    path::PathBuf,
+    process::{Child, ChildStdin, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use correlator::{timeline::runfile::RunFile, workload::Usage};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_correlator");
+
+/// Live tests need root and BPF. In CI (`CI=true`) their absence is a
+/// failure; elsewhere the test is skipped with the reason printed.
+pub fn live_or_skip(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let reason = if !root {
+        Some("needs root (BPF, perf events)")
+    } else if std::fs::metadata("/sys/kernel/tracing/events/sched").is_err() {
+        Some("needs tracefs at /sys/kernel/tracing (run xtask/setup.sh)")
+    } else {
+        None
+    };
+    match reason {
+        None => true,
+        Some(why) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("{test}: {why}, and CI=true forbids skipping")
+        }
+        Some(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            false
+        }
+    }
+}
+
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// A workload process waiting for its go line.
+pub struct Workload {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl Workload {
+    pub fn spawn(args: &[&str]) -> Self {
+        let mut child = Command::new(BIN)
+            .arg("workload")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn workload");
+        let stdin = child.stdin.take();
+        // Let it reach its blocking read.
+        std::thread::sleep(Duration::from_millis(200));
+        Self { child, stdin }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn go(&mut self) {
+        let mut stdin = self.stdin.take().expect("go once");
+        stdin.write_all(b"go\n").expect("write go");
+    }
+
+    /// Waits for exit; returns (rusage before, rusage after) it reported.
+    pub fn finish(self) -> (Usage, Usage) {
+        let out = self.child.wait_with_output().expect("workload output");
+        assert!(out.status.success(), "workload failed: {:?}", out.status);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("workload json");
+        let get = |k: &str| serde_json::from_value(v[k].clone()).expect("usage");
+        (get("before"), get("after"))
+    }
+}
+
+/// A running `correlator record`.
+pub struct Recorder {
+    pub child: Child,
+    pub out: PathBuf,
+}
+
+impl Recorder {
+    /// Starts recording `pid` and waits until the probes are attached.
+    pub fn start(pid: u32, out: PathBuf, extra: &[&str]) -> Self {
+        let mut child = Command::new(BIN)
+            .args(["record", "--quiet", "--duration", "60s", "--pid"])
+            .arg(pid.to_string())
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn recorder");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("recorder exited before attaching: {:?}", child.wait()))
+                .expect("read stderr");
+            if line.contains("attached to PID") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "recorder did not attach");
+        }
+        // Keep draining stderr so the recorder never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, out }
+    }
+
+    pub fn wait(mut self) -> RunFile {
+        let status = self.child.wait().expect("recorder exit");
+        assert!(status.success(), "recorder failed: {status:?}");
+        RunFile::load(&self.out).expect("run file")
+    }
+}
+
+/// Per-CPU values of one row of /proc/interrupts or /proc/softirqs.
+pub fn proc_row(file: &str, row: &str) -> Vec<u64> {
+    let text = std::fs::read_to_string(file).expect("proc file");
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{row}:")))
+        .unwrap_or_else(|| panic!("{row} not in {file}"));
+    line.split_whitespace()
+        .skip(1)
+        .map_while(|v| v.parse().ok())
+        .collect()
+}

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Idempotent set-up: takes a fresh Debian machine of this kind to "ready".
+#
+# This is a shell script, not an xtask subcommand, because the pinned toolchain
+# in rust-toolchain.toml must exist before *any* cargo command can run in this
+# repository (RUSTUP_AUTO_INSTALL=0 on these machines).
+# Every step prints what it does and skips what is already there.
+set -euo pipefail
+
+TOOLCHAIN=1.98
+LLVM=22
+BPF_LINKER_VERSION=0.13.0
+# Debian packages used by the tests and benchmarks (real servers and reference tools).
+TEST_PACKAGES=(redis-server memcached nginx-light stress-ng linux-perf bpftrace wrk)
+
+say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
+
+need_root() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup: must run as root (installs Debian packages, mounts tracefs); try: sudo $0" >&2
+        exit 1
+    fi
+}
+
+apt_install() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        say "Debian packages present: $*"
+        return
+    fi
+    say "installing Debian packages: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+need_root
+apt_install "llvm-${LLVM}-dev" "libpolly-${LLVM}-dev" build-essential pkg-config "${TEST_PACKAGES[@]}"
+
+# Debian starts these services on install; tests start their own instances on
+# private ports, so the system-wide ones are stopped to keep the 2-core VM quiet.
+for svc in redis-server memcached nginx; do
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
+        say "stopping system-wide $svc (tests run their own instances)"
+        systemctl stop "$svc" || true
+    fi
+done
+
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v rustup >/dev/null 2>&1; then
+    say "installing rustup"
+    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain none
+fi
+if rustup toolchain list | grep -q "^${TOOLCHAIN}"; then
+    say "Rust toolchain ${TOOLCHAIN} present"
+else
+    say "installing Rust toolchain ${TOOLCHAIN} (rust-src, clippy, rustfmt)"
+    rustup toolchain install "${TOOLCHAIN}" --profile minimal --component rust-src,clippy,rustfmt
+fi
+
+if command -v bpf-linker >/dev/null 2>&1 && bpf-linker --version 2>/dev/null | grep -q "${BPF_LINKER_VERSION}"; then
+    say "bpf-linker ${BPF_LINKER_VERSION} present"
+else
+    say "building bpf-linker ${BPF_LINKER_VERSION} against LLVM ${LLVM}"
+    PATH="/usr/lib/llvm-${LLVM}/bin:$PATH" cargo "+${TOOLCHAIN}" install --locked bpf-linker \
+        --version "${BPF_LINKER_VERSION}" --no-default-features --features "llvm-${LLVM}"
+fi
+
+if [ -d /sys/kernel/tracing/events ]; then
+    say "tracefs mounted"
+else
+    say "mounting tracefs at /sys/kernel/tracing"
+    mount -t tracefs nodev /sys/kernel/tracing
+fi
+say "ready"

@@ -1,0 +1,122 @@
+//! Developer tasks. `cargo xtask test` is what CI runs (through .ci/run and
+//! the README); `cargo xtask demo` is the README's first command after set-up;
+//! `cargo xtask bench ...` measures overheads as ratios within one run.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+mod bench;
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Format check, clippy (-D warnings), then every test (live ones need root + BPF).
+    Test,
+    /// Build, check the machine, and record a known workload end to end.
+    Demo,
+    /// Benchmarks (ratios against a baseline measured in the same run).
+    Bench {
+        #[command(subcommand)]
+        which: bench::Bench,
+    },
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+pub fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: {cmd:?}");
+    let status = cmd
+        .current_dir(workspace_root())
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+pub fn build_release() -> Result<PathBuf> {
+    run(cargo().args(["build", "--release", "-p", "correlator"]))?;
+    Ok(workspace_root().join("target/release/correlator"))
+}
+
+fn test() -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().args([
+        // The default members: the eBPF crate only builds for the BPF
+        // target (through correlator/build.rs), never for the host.
+        "clippy",
+        "--all-targets",
+        "--release",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // One test at a time: live tests measure a shared 2-core machine and
+    // must not perturb each other.
+    run(cargo().args(["test", "--workspace", "--release", "--", "--test-threads=1"]))
+}
+
+fn demo() -> Result<()> {
+    let bin = build_release()?;
+    run(Command::new(&bin).arg("doctor"))?;
+    let out = workspace_root().join("target/demo");
+    std::fs::create_dir_all(&out)?;
+    let run_file = out.join("workload.run");
+    // A known workload: 5000 fresh pages, 300 1-ms sleeps, 50 CPU hops, a
+    // 1 s spin on CPU 1, started once the recorder is attached.
+    let mut work = Command::new(&bin)
+        .args(["workload", "--minor-faults", "5000", "--sleeps", "300"])
+        .args(["--hops", "50", "--spin-ms", "1000", "--spin-cpu", "1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("starting the demo workload")?;
+    let mut rec = Command::new(&bin)
+        .args(["record", "--quiet", "--duration", "30s", "--pid"])
+        .arg(work.id().to_string())
+        .arg("--out")
+        .arg(&run_file)
+        .spawn()
+        .context("starting correlator record")?;
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    if let Some(mut stdin) = work.stdin.take() {
+        use std::io::Write as _;
+        stdin.write_all(b"go\n")?;
+    }
+    work.wait()?;
+    let status = rec.wait()?;
+    if !status.success() {
+        bail!("correlator record failed: {status}");
+    }
+    eprintln!("xtask: demo run file at {}", run_file.display());
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Test => test(),
+        Task::Demo => demo(),
+        Task::Bench { which } => bench::run(which),
+    }
+}

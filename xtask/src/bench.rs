@@ -1,22 +1,363 @@
 //! Benchmarks. Every figure is a ratio against a baseline measured in the
-//! same run, because these machines are noisy.
+//! same run, with the variants interleaved (A B C, B C A, ...) so that drift
+//! on this noisy machine hits all of them alike.
 
-use anyhow::Result;
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
 use clap::Subcommand;
+use serde_json::{Value, json};
+
+use crate::{build_release, workspace_root};
 
 #[derive(Subcommand)]
 pub enum Bench {
     /// Probe cost: ns per program run, and the slowdown of a context-switch
-    /// heavy load with correlator attached vs not vs bpftrace.
-    Probes,
+    /// heavy load (`perf bench sched pipe -T`) with correlator attached vs not
+    /// attached vs bpftrace counting the same tracepoints.
+    Probes {
+        /// Repetitions of each variant.
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+        /// Round trips per `perf bench sched pipe` run.
+        #[arg(long, default_value_t = 200_000)]
+        loops: u64,
+    },
 }
 
 pub fn run(which: Bench) -> Result<()> {
     match which {
-        Bench::Probes => probes(),
+        Bench::Probes { reps, loops } => probes(reps, loops),
     }
 }
 
-fn probes() -> Result<()> {
-    anyhow::bail!("not implemented yet")
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    Bare,
+    Correlator,
+    Bpftrace,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Bare => "not attached",
+            Variant::Correlator => "correlator",
+            Variant::Bpftrace => "bpftrace",
+        }
+    }
+}
+
+/// One run of the load.
+struct Sample {
+    elapsed: Duration,
+    nivcsw: i64,
+    /// (program or probe name, run count, run time ns)
+    programs: Vec<(String, u64, u64)>,
+}
+
+/// Turns the kernel's BPF run-time statistics on for the bench (bpftrace's
+/// programs need them too) and restores the previous value on drop.
+struct StatsSysctl(String);
+
+const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl StatsSysctl {
+    fn enable() -> Result<Self> {
+        let old = std::fs::read_to_string(STATS).context("reading bpf_stats_enabled")?;
+        std::fs::write(STATS, "1").context("enabling bpf_stats_enabled (needs root)")?;
+        Ok(Self(old.trim().to_string()))
+    }
+}
+
+impl Drop for StatsSysctl {
+    fn drop(&mut self) {
+        if std::fs::write(STATS, &self.0).is_err() {
+            eprintln!(
+                "bench: could not restore {STATS}; run: sysctl kernel.bpf_stats_enabled={}",
+                self.0
+            );
+        }
+    }
+}
+
+fn probes(reps: usize, loops: u64) -> Result<()> {
+    let bin = build_release()?;
+    for tool in ["perf", "bpftrace"] {
+        if Command::new("which")
+            .arg(tool)
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            bail!("{tool} not found; run xtask/setup.sh");
+        }
+    }
+    let _stats = StatsSysctl::enable()?;
+    let out_dir = workspace_root().join("target/bench");
+    std::fs::create_dir_all(&out_dir)?;
+    let order = [Variant::Bare, Variant::Correlator, Variant::Bpftrace];
+    let mut samples: Vec<(Variant, Sample)> = Vec::new();
+    for rep in 0..reps {
+        for i in 0..order.len() {
+            let variant = order[(rep + i) % order.len()];
+            let s = measure(variant, &bin, &out_dir, loops)?;
+            eprintln!(
+                "bench: rep {rep} {:<13} {:.3} s, nivcsw {}",
+                variant.name(),
+                s.elapsed.as_secs_f64(),
+                s.nivcsw
+            );
+            samples.push((variant, s));
+        }
+    }
+    report(&samples, loops, &out_dir)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn report(samples: &[(Variant, Sample)], loops: u64, out_dir: &Path) -> Result<()> {
+    let of = |v: Variant| samples.iter().filter(move |(x, _)| *x == v).map(|(_, s)| s);
+    let time = |v: Variant| median(of(v).map(|s| s.elapsed.as_secs_f64()).collect());
+    let nivcsw = |v: Variant| median(of(v).map(|s| s.nivcsw as f64).collect());
+    let bare = time(Variant::Bare);
+    println!(
+        "\nperf bench sched pipe -T -l {loops}: median wall time over {} reps",
+        of(Variant::Bare).count()
+    );
+    let mut rows = Vec::new();
+    for v in [Variant::Bare, Variant::Correlator, Variant::Bpftrace] {
+        let t = time(v);
+        println!(
+            "  {:<13} {:>8.3} s   slowdown {:>6.2}%   target nivcsw (median) {:>8.0}",
+            v.name(),
+            t,
+            (t / bare - 1.0) * 100.0,
+            nivcsw(v)
+        );
+        rows.push(json!({"variant": v.name(), "median_s": t, "slowdown_pct": (t / bare - 1.0) * 100.0, "nivcsw_median": nivcsw(v)}));
+    }
+    println!("\nns per program run (summed over reps):");
+    let mut costs = Vec::new();
+    for v in [Variant::Correlator, Variant::Bpftrace] {
+        let mut total: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        for s in of(v) {
+            for (name, cnt, ns) in &s.programs {
+                let e = total.entry(name.clone()).or_default();
+                e.0 += cnt;
+                e.1 += ns;
+            }
+        }
+        for (name, (cnt, ns)) in total {
+            if cnt == 0 {
+                continue;
+            }
+            let per = ns as f64 / cnt as f64;
+            println!(
+                "  {:<11} {:<28} {:>12} runs {:>8.1} ns/run",
+                v.name(),
+                name,
+                cnt,
+                per
+            );
+            costs.push(
+                json!({"tool": v.name(), "program": name, "run_count": cnt, "ns_per_run": per}),
+            );
+        }
+    }
+    let path = out_dir.join("probes.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&json!({"loops": loops, "wall": rows, "programs": costs}))?,
+    )?;
+    println!("\nwritten to {}", path.display());
+    Ok(())
+}
+
+/// Starts the load held at a `read`, so tools can attach to its PID first
+/// (exec keeps the PID; -T keeps both ends of the pipe in one process).
+fn start_load(loops: u64) -> Result<Child> {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("read go; exec perf bench sched pipe -T -l {loops}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting perf bench")
+}
+
+fn wait_for_line(child: &mut Child, needle: &str, from_stdout: bool) -> Result<()> {
+    let reader: Box<dyn std::io::Read + Send> = if from_stdout {
+        Box::new(child.stdout.take().context("stdout")?)
+    } else {
+        Box::new(child.stderr.take().context("stderr")?)
+    };
+    let mut lines = BufReader::new(reader).lines();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.contains(needle) => break,
+            Some(Ok(_)) => {}
+            _ => bail!("tool exited before it attached"),
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    Ok(())
+}
+
+fn measure(variant: Variant, bin: &Path, out_dir: &Path, loops: u64) -> Result<Sample> {
+    let mut load = start_load(loops)?;
+    let pid = load.id();
+    let run_file = out_dir.join("probes-bench.run");
+    let mut tool = match variant {
+        Variant::Bare => None,
+        Variant::Correlator => {
+            let mut c = Command::new(bin)
+                .args(["record", "--quiet", "--duration", "600s", "--pid"])
+                .arg(pid.to_string())
+                .arg("--out")
+                .arg(&run_file)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            wait_for_line(&mut c, "attached to PID", false)?;
+            Some(c)
+        }
+        Variant::Bpftrace => {
+            let mut c = Command::new("bpftrace")
+                .arg("-e")
+                .arg(bpftrace_script(pid))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()?;
+            wait_for_line(&mut c, "Attaching", true)?;
+            // bpftrace prints before the last attach completes.
+            std::thread::sleep(Duration::from_millis(500));
+            Some(c)
+        }
+    };
+    let start = Instant::now();
+    load.stdin.take().context("stdin")?.write_all(b"go\n")?;
+    let (status, usage) = wait4(pid)?;
+    let elapsed = start.elapsed();
+    if !status {
+        bail!("perf bench failed");
+    }
+    let programs = match (variant, tool.as_mut()) {
+        (Variant::Correlator, Some(c)) => {
+            c.wait()?;
+            correlator_costs(&run_file)?
+        }
+        (Variant::Bpftrace, Some(c)) => {
+            let costs = fdinfo_costs(c.id());
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(i32::try_from(c.id()).unwrap_or(0), libc::SIGINT) };
+            c.wait()?;
+            costs
+        }
+        _ => Vec::new(),
+    };
+    Ok(Sample {
+        elapsed,
+        nivcsw: usage.ru_nivcsw,
+        programs,
+    })
+}
+
+fn bpftrace_script(pid: u32) -> String {
+    [
+        "tracepoint:sched:sched_switch",
+        "tracepoint:sched:sched_wakeup",
+        "tracepoint:sched:sched_migrate_task",
+        "tracepoint:exceptions:page_fault_user",
+        "tracepoint:irq:irq_handler_entry",
+        "tracepoint:irq:softirq_entry",
+        "tracepoint:irq_vectors:local_timer_entry",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, tp)| format!("{tp} /pid == {pid}/ {{ @c{i} = count(); }}"))
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
+/// Waits for the child and returns (success, its rusage incl. waited-for descendants).
+fn wait4(pid: u32) -> Result<(bool, libc::rusage)> {
+    let mut status = 0;
+    // SAFETY: zeroed rusage is valid output storage.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers; pid is our child.
+    let rc = unsafe { libc::wait4(i32::try_from(pid)?, &mut status, 0, &mut usage) };
+    if rc < 0 {
+        bail!("wait4: {}", std::io::Error::last_os_error());
+    }
+    Ok((
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        usage,
+    ))
+}
+
+fn correlator_costs(run_file: &PathBuf) -> Result<Vec<(String, u64, u64)>> {
+    let run: Value = serde_json::from_str(&std::fs::read_to_string(run_file)?)?;
+    Ok(run["overhead"]["programs"]
+        .as_array()
+        .map(|progs| {
+            progs
+                .iter()
+                .map(|p| {
+                    (
+                        p["name"].as_str().unwrap_or("?").to_string(),
+                        p["run_count"].as_u64().unwrap_or(0),
+                        p["run_time_ns"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// BPF program stats of another process, from /proc/PID/fdinfo (the kernel
+/// reports run_time_ns and run_cnt there while stats are enabled).
+fn fdinfo_costs(pid: u32) -> Vec<(String, u64, u64)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in dir.flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+        };
+        let (Some(tag), Some(ns), Some(cnt)) =
+            (field("prog_tag:"), field("run_time_ns:"), field("run_cnt:"))
+        else {
+            continue;
+        };
+        out.push((
+            format!("prog {tag}"),
+            cnt.parse().unwrap_or(0),
+            ns.parse().unwrap_or(0),
+        ));
+    }
+    out
 }

@@ -74,7 +74,7 @@ fn test() -> Result<()> {
     ]))?;
     // One test at a time: live tests measure a shared 2-core machine and
     // must not perturb each other.
-    run(cargo().args(["test", "--workspace", "--release", "--", "--test-threads=1"]))
+    run(cargo().args(["test", "--release", "--", "--test-threads=1"]))
 }
 
 fn demo() -> Result<()> {

@@ -87,7 +87,7 @@ pub const SOFTIRQ_NAMES: [&str; NUM_SOFTIRQ_VECTORS] = [
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Bucket {
-    /// Bucket number (`ktime / bucket_ns`) whose counts the slot holds.
+    /// Bucket number (`ktime >> bucket_shift`) whose counts the slot holds.
     pub epoch: u64,
     pub counts: [u64; NUM_COUNTERS],
 }
@@ -96,8 +96,8 @@ pub struct Bucket {
 /// history: the drain (every 100 ms) has ample margin.
 pub const BUCKET_SLOTS: u32 = 4096;
 
-/// Slots of the per-CPU totals array. Totals are never reset; they are the
-/// check that every bucket was drained (sum of drained buckets == totals).
+/// Slots of the per-CPU totals. Totals are never reset; they are the check
+/// that every bucket was drained (sum of drained buckets == totals).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Total {
@@ -109,10 +109,8 @@ pub enum Total {
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
 pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 2;
-/// First slot of the per-softirq-vector counts in the totals array.
-pub const TOTAL_SOFTIRQ_BASE: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 /// Number of slots in the totals array.
-pub const NUM_TOTALS: u32 = TOTAL_SOFTIRQ_BASE + NUM_SOFTIRQ_VECTORS as u32;
+pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
 /// Why a target thread left the CPU.
 #[repr(u32)]
@@ -150,41 +148,6 @@ pub struct OffCpuRecord {
     pub next_comm: [u8; 16],
 }
 
-/// Offsets of the classic-tracepoint fields the programs read.
-///
-/// The programs read the tracepoint context directly at these constant
-/// offsets (a variable offset into the context is refused by the verifier,
-/// and `bpf_probe_read_kernel` per field would cost a helper call each).
-/// Userspace checks every entry against tracefs `format` files before it
-/// loads anything, so a kernel with another layout is refused with a clear
-/// message instead of being misread.
-pub mod tp {
-    pub const SWITCH_PREV_PID: usize = 24;
-    pub const SWITCH_PREV_STATE: usize = 32;
-    pub const SWITCH_NEXT_COMM: usize = 40;
-    pub const SWITCH_NEXT_PID: usize = 56;
-    pub const WAKEUP_PID: usize = 24;
-    pub const MIGRATE_PID: usize = 12;
-    pub const NEWTASK_PID: usize = 8;
-    pub const NEWTASK_CLONE_FLAGS: usize = 32;
-    pub const EXIT_PID: usize = 24;
-    pub const SOFTIRQ_VEC: usize = 8;
-
-    /// (event, field, offset, size) for every constant above.
-    pub const LAYOUT: [(&str, &str, usize, usize); 10] = [
-        ("sched/sched_switch", "prev_pid", SWITCH_PREV_PID, 4),
-        ("sched/sched_switch", "prev_state", SWITCH_PREV_STATE, 8),
-        ("sched/sched_switch", "next_comm", SWITCH_NEXT_COMM, 16),
-        ("sched/sched_switch", "next_pid", SWITCH_NEXT_PID, 4),
-        ("sched/sched_wakeup", "pid", WAKEUP_PID, 4),
-        ("sched/sched_migrate_task", "pid", MIGRATE_PID, 4),
-        ("task/task_newtask", "pid", NEWTASK_PID, 4),
-        ("task/task_newtask", "clone_flags", NEWTASK_CLONE_FLAGS, 8),
-        ("sched/sched_process_exit", "pid", EXIT_PID, 4),
-        ("irq/softirq_entry", "vec", SOFTIRQ_VEC, 4),
-    ];
-}
-
 /// Load-time configuration of the kernel side (one global).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -193,19 +156,35 @@ pub struct Config {
     pub target_tgid: u32,
     /// Non-zero: processes forked by a watched process are watched too.
     pub follow_children: u32,
-    /// Width of a time bucket in ns.
-    pub bucket_ns: u64,
+    /// A time bucket is `1 << bucket_shift` ns wide: a shift, not a 64-bit
+    /// division, on every event.
+    pub bucket_shift: u64,
     /// Off-CPU intervals at least this long get a ring-buffer record.
     pub min_offcpu_record_ns: u64,
-    /// sched_switch `prev_state` of a preempted task (`TASK_REPORT_MAX`, read
-    /// from the tracepoint's print format at load time).
-    pub preempt_state: u64,
+    /// Byte offsets in `struct task_struct` of `pid` and `comm`, read from the
+    /// running kernel's BTF at load time (the programs get task pointers from
+    /// BTF tracepoints and read these fields directly).
+    pub task_pid_offset: u64,
+    pub task_comm_offset: u64,
 }
+
+/// Slots of the direct-mapped thread table (`tid % THREAD_SLOTS`).
+///
+/// An array lookup is inlined by the verifier and costs a few ns, against
+/// tens of ns for a hash lookup; every sched_switch and sched_wakeup on the
+/// machine asks "is this a target thread?". Two target threads whose tids
+/// share a slot: the second goes to a spill hash map, and the slot's `spill`
+/// flag tells lookups to look there too.
+pub const THREAD_SLOTS: u32 = 1 << 16;
 
 /// Per-thread state kept by the kernel side for every target thread.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ThreadState {
+    /// Thread id owning this slot, 0 = empty.
+    pub tid: u32,
+    /// Non-zero: some target thread mapping to this slot lives in the spill map.
+    pub spill: u32,
     pub tgid: u32,
     /// [`OffCpuKind`] of the current off-CPU interval, 0 when on CPU / unknown.
     pub off_kind: u32,
@@ -219,7 +198,7 @@ pub struct ThreadState {
 
 /// Per-CPU state for IRQ attribution and duration measurement.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct CpuState {
     /// Target thread running on this CPU now, 0 if none.
     pub target_tid: u32,
@@ -230,6 +209,13 @@ pub struct CpuState {
     pub softirq_start: u64,
     /// Hard-IRQ time nested inside the softirq in progress.
     pub softirq_nested_ns: u64,
+    /// Never-reset totals (layout: [`Total`], [`TOTAL_IRQ_KIND_BASE`], ...),
+    /// kept here so one lookup per program run serves both.
+    pub totals: [u64; NUM_TOTALS as usize],
+    /// Softirqs by vector number; 16 slots (10 used) so that the index is
+    /// bounded by a mask the verifier can follow (LLVM drops the `< 10`
+    /// check in favour of `& 15`).
+    pub softirqs: [u64; 16],
 }
 
 #[cfg(feature = "user")]

@@ -1,58 +1,65 @@
 //! correlator's kernel programs.
 //!
-//! Cheap by design: every event of the target is counted into a per-CPU ring
-//! of time buckets (and a per-CPU totals array used as a drain check); only
-//! off-CPU intervals long enough to matter produce a ring-buffer record, and
-//! those are submitted without waking the reader (userspace drains on a
-//! timer). Each program filters on the target first and returns early.
+//! Cheap by design:
+//! - every event of the target is counted into a per-CPU ring of time
+//!   buckets and into never-reset per-CPU totals (the drain check);
+//! - each program run does at most one bucket lookup, one per-CPU state
+//!   lookup and one clock read, and programs that fire for every task on the
+//!   machine (sched_switch, sched_wakeup) decide "not a target" with inlined
+//!   array lookups only, before reading the clock;
+//! - only off-CPU intervals long enough to matter produce a ring-buffer
+//!   record, submitted without waking the reader (userspace drains on a timer).
+//!
+//! Counters are plain (non-atomic) adds: the maps are per-CPU, tracepoint
+//! and perf-event programs are not preempted, and each counter has one
+//! writer context (hard IRQ fields only in hard IRQ, switch and migration
+//! fields only with IRQs off, fault fields only in the faulting task), so
+//! no two writes of one field interleave. The one race left, a bucket reset
+//! interrupted by an IRQ program, can only lose counts from buckets, never
+//! from totals, and userspace reports any such shortfall as lost.
 #![no_std]
 #![no_main]
-// Atomic add on map values: the BPF target's `core` has no AtomicU64::fetch_add
-// (no `target_has_atomic`), but LLVM lowers the intrinsic to BPF's atomic add.
-#![allow(internal_features)]
-#![feature(core_intrinsics)]
-
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
-    EbpfContext as _, Global,
+    Global,
     bindings::BPF_RB_NO_WAKEUP,
-    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
-    macros::{map, perf_event, tracepoint},
-    maps::{HashMap, PerCpuArray, RingBuf},
-    programs::{PerfEventContext, TracePointContext},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    },
+    macros::{btf_tracepoint, map, perf_event},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    programs::{BtfTracePointContext, PerfEventContext},
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, Config, Counter, CpuState, IrqKind, NUM_COUNTERS, NUM_SOFTIRQ_VECTORS,
-    NUM_TOTALS, OffCpuKind, OffCpuRecord, TOTAL_IRQ_KIND_BASE, TOTAL_SOFTIRQ_BASE, ThreadState,
-    Total, tp,
+    BUCKET_SLOTS, Bucket, Config, Counter, CpuState, IrqKind, NUM_COUNTERS, NUM_TOTALS, OffCpuKind,
+    OffCpuRecord, THREAD_SLOTS, TOTAL_IRQ_KIND_BASE, ThreadState, Total,
 };
 
 #[unsafe(no_mangle)]
 static CONFIG: Global<Config> = Global::new(Config {
     target_tgid: 0,
     follow_children: 0,
-    bucket_ns: 1_000_000,
-    min_offcpu_record_ns: 10_000,
-    preempt_state: 0x100,
+    bucket_shift: 19,
+    min_offcpu_record_ns: 50_000,
+    task_pid_offset: 0,
+    task_comm_offset: 0,
 });
 
 /// Ring of time buckets, per CPU.
 #[map]
 static BUCKETS: PerCpuArray<Bucket> = PerCpuArray::with_max_entries(BUCKET_SLOTS, 0);
 
-/// Never-reset totals, per CPU: the counters, losses, per-IRQ-kind and
-/// per-softirq-vector counts (layout in `correlator_common::Total`).
-#[map]
-static TOTALS: PerCpuArray<[u64; NUM_TOTALS as usize]> = PerCpuArray::with_max_entries(1, 0);
-
-/// Per-CPU IRQ attribution state.
+/// Per-CPU IRQ attribution state and totals.
 #[map]
 static CPUS: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
 
-/// Every known thread of the target (and of followed children), by tid.
+/// Direct-mapped table of target threads (see `THREAD_SLOTS`).
 #[map]
-static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(32768, 0);
+static THREADS: Array<ThreadState> = Array::with_max_entries(THREAD_SLOTS, 0);
+
+/// Target threads whose slot in THREADS was taken by another target thread.
+#[map]
+static SPILL: HashMap<u32, ThreadState> = HashMap::with_max_entries(4096, 0);
 
 /// Processes forked by the target (only with follow_children), by tgid.
 #[map]
@@ -60,17 +67,22 @@ static CHILD_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(4096, 0);
 
 /// Off-CPU interval records.
 #[map]
-static RECORDS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+static RECORDS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
 
 const CLONE_THREAD: u64 = 0x0001_0000;
-/// sched_switch prev_state bits of a dead task (EXIT_DEAD, EXIT_ZOMBIE as
-/// reported by `__trace_sched_switch_state`).
-const STATE_DEAD: u64 = 0x10 | 0x20;
+/// `TASK_DEAD`: the state of a task's final switch.
+const TASK_DEAD: u32 = 0x80;
 
 #[inline(always)]
 fn now() -> u64 {
     // SAFETY: helper without preconditions.
     unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+fn cpu_id() -> u32 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_get_smp_processor_id() }
 }
 
 #[inline(always)]
@@ -84,36 +96,112 @@ fn is_target_tgid(tgid: u32) -> bool {
     tgid == cfg.target_tgid || (cfg.follow_children != 0 && CHILD_TGIDS.get_ptr(&tgid).is_some())
 }
 
+/// Argument `n` of a BTF tracepoint.
 #[inline(always)]
-fn atomic_add(slot: *mut u64, value: u64) {
-    // SAFETY: `slot` points into a map value the verifier has bounds-checked.
-    // Atomic because an IRQ-context program can interrupt a process-context
-    // one on the same CPU and touch the same counter (e.g. migrations).
-    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(slot, value) };
+fn arg<T: aya_ebpf::Argument>(ctx: &BtfTracePointContext, n: usize) -> T {
+    ctx.arg(n)
 }
 
+/// `task->pid`, a direct load through the BTF-typed task pointer (the
+/// offset is a frozen load-time constant, so the verifier checks it against
+/// the kernel's struct layout).
 #[inline(always)]
-fn total_add(index: u32, value: u64) {
-    if let Some(totals) = TOTALS.get_ptr_mut(0) {
-        let i = index as usize;
-        if i < NUM_TOTALS as usize {
-            // SAFETY: index checked against the array length above.
-            atomic_add(unsafe { (*totals).as_mut_ptr().add(i) }, value);
+fn task_pid(task: *const u8) -> u32 {
+    let offset = CONFIG.load().task_pid_offset as usize;
+    // SAFETY: `task` is a task_struct pointer from the tracepoint's
+    // arguments; the verifier checks the access.
+    unsafe { *task.add(offset).cast::<u32>() }
+}
+
+/// `task->comm` (helper read: 16 bytes of a char array).
+#[inline(always)]
+fn task_comm(task: *const u8) -> [u8; 16] {
+    let offset = CONFIG.load().task_comm_offset as usize;
+    // SAFETY: the helper checks the address.
+    unsafe { bpf_probe_read_kernel(task.add(offset).cast::<[u8; 16]>()) }.unwrap_or([0; 16])
+}
+
+// ----------------------------------------------------------------- threads
+
+/// The state of target thread `tid`, if it is one.
+#[inline(always)]
+fn thread(tid: u32) -> Option<*mut ThreadState> {
+    if tid == 0 {
+        return None;
+    }
+    let slot = THREADS.get_ptr_mut(tid & (THREAD_SLOTS - 1))?;
+    // SAFETY: array map value; see the module docs for concurrency.
+    unsafe {
+        if (*slot).tid == tid {
+            Some(slot)
+        } else if (*slot).spill != 0 {
+            SPILL.get_ptr_mut(&tid)
+        } else {
+            None
         }
     }
 }
 
-/// Adds `value` to `counter` in the bucket of time `ts` and to the totals.
+/// Starts tracking `tid` (idempotent).
 #[inline(always)]
-fn count(counter: Counter, value: u64, ts: u64) {
-    let bucket_ns = CONFIG.load().bucket_ns;
-    if bucket_ns == 0 {
-        return;
+fn track(tid: u32, tgid: u32, cpu: *mut CpuState) -> Option<*mut ThreadState> {
+    if let Some(existing) = thread(tid) {
+        return Some(existing);
     }
-    let epoch = ts / bucket_ns;
-    let slot = (epoch & (BUCKET_SLOTS as u64 - 1)) as u32;
-    if let Some(bucket) = BUCKETS.get_ptr_mut(slot) {
-        // SAFETY: per-CPU map value; see `atomic_add` for the IRQ nesting.
+    let slot = THREADS.get_ptr_mut(tid & (THREAD_SLOTS - 1))?;
+    let fresh = ThreadState {
+        tid,
+        tgid,
+        ..ThreadState::default()
+    };
+    // SAFETY: array map value.
+    unsafe {
+        if (*slot).tid == 0 {
+            let spill = (*slot).spill;
+            *slot = fresh;
+            (*slot).spill = spill;
+            return Some(slot);
+        }
+        (*slot).spill = 1;
+    }
+    if SPILL.insert(&tid, &fresh, 0).is_err() {
+        // SAFETY: per-CPU map value.
+        unsafe { (*cpu).totals[Total::ThreadMapFull as usize] += 1 };
+        return None;
+    }
+    SPILL.get_ptr_mut(&tid)
+}
+
+#[inline(always)]
+fn untrack(tid: u32) {
+    if let Some(slot) = THREADS.get_ptr_mut(tid & (THREAD_SLOTS - 1)) {
+        // SAFETY: array map value.
+        unsafe {
+            if (*slot).tid == tid {
+                (*slot).tid = 0;
+                (*slot).off_kind = 0;
+                return;
+            }
+        }
+    }
+    let _ = SPILL.remove(&tid);
+}
+
+// ------------------------------------------------------------------ counts
+
+/// Where one program run counts: the bucket of its timestamp and the CPU's
+/// state (totals), each looked up once.
+struct Sink {
+    bucket: *mut Bucket,
+    cpu: *mut CpuState,
+}
+
+impl Sink {
+    #[inline(always)]
+    fn at(ts: u64, cpu: *mut CpuState) -> Option<Self> {
+        let epoch = ts >> (CONFIG.load().bucket_shift & 63);
+        let bucket = BUCKETS.get_ptr_mut((epoch & (BUCKET_SLOTS as u64 - 1)) as u32)?;
+        // SAFETY: per-CPU map value; see the module docs for concurrency.
         unsafe {
             if (*bucket).epoch != epoch {
                 // Volatile stores: a plain `= [0; N]` becomes a byte-wise memset loop.
@@ -123,34 +211,32 @@ fn count(counter: Counter, value: u64, ts: u64) {
                 }
                 (*bucket).epoch = epoch;
             }
-            atomic_add(&raw mut (*bucket).counts[counter as usize], value);
+        }
+        Some(Self { bucket, cpu })
+    }
+
+    #[inline(always)]
+    fn add(&self, counter: Counter, value: u64) {
+        // SAFETY: pointers from map lookups in `at`.
+        unsafe {
+            (*self.bucket).counts[counter as usize] += value;
+            (*self.cpu).totals[counter as usize] += value;
         }
     }
-    total_add(counter as u32, value);
-}
-
-#[inline(always)]
-fn read<T: Copy>(ctx: &TracePointContext, offset: usize) -> T {
-    // SAFETY: offsets are constants checked by userspace against the
-    // tracepoint's format before loading; the verifier checks ctx bounds.
-    unsafe { *(ctx.as_ptr() as *const u8).add(offset).cast::<T>() }
-}
-
-/// Reads a 16-byte comm as two 8-byte loads: a byte-wise copy would walk
-/// a modified context pointer, which the verifier refuses.
-#[inline(always)]
-fn read_comm(ctx: &TracePointContext, offset: usize) -> [u8; 16] {
-    let lo: u64 = read(ctx, offset);
-    let hi: u64 = read(ctx, offset + 8);
-    let mut comm = [0u8; 16];
-    comm[..8].copy_from_slice(&lo.to_ne_bytes());
-    comm[8..].copy_from_slice(&hi.to_ne_bytes());
-    comm
 }
 
 #[inline(always)]
 fn cpu_state() -> Option<*mut CpuState> {
     CPUS.get_ptr_mut(0)
+}
+
+/// Counts one event of `counter` now.
+#[inline(always)]
+fn count_one(counter: Counter) {
+    let Some(cpu) = cpu_state() else { return };
+    if let Some(sink) = Sink::at(now(), cpu) {
+        sink.add(counter, 1);
+    }
 }
 
 // ---------------------------------------------------------------- faults
@@ -159,7 +245,7 @@ fn cpu_state() -> Option<*mut CpuState> {
 #[perf_event]
 pub fn page_fault_minor(_ctx: PerfEventContext) -> u32 {
     if is_target_tgid(current_tgid()) {
-        count(Counter::PageFaultsMinor, 1, now());
+        count_one(Counter::PageFaultsMinor);
     }
     0
 }
@@ -168,118 +254,135 @@ pub fn page_fault_minor(_ctx: PerfEventContext) -> u32 {
 #[perf_event]
 pub fn page_fault_major(_ctx: PerfEventContext) -> u32 {
     if is_target_tgid(current_tgid()) {
-        count(Counter::PageFaultsMajor, 1, now());
+        count_one(Counter::PageFaultsMajor);
     }
     0
 }
 
 // -------------------------------------------------------------- scheduler
 
-#[tracepoint]
-pub fn sched_switch(ctx: TracePointContext) -> u32 {
-    let ts = now();
-    let prev_pid: u32 = read(&ctx, tp::SWITCH_PREV_PID);
-    let next_pid: u32 = read(&ctx, tp::SWITCH_NEXT_PID);
+/// sched_switch(bool preempt, task *prev, task *next, unsigned int prev_state)
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    let Some(cpu) = cpu_state() else { return 0 };
+    let preempt: u64 = arg(&ctx, 0);
+    let next_task: *const u8 = arg(&ctx, 2);
+    let prev_state: u64 = arg(&ctx, 3);
     // sched_switch runs in the context of `prev`.
-    let tgid = current_tgid();
-    if prev_pid != 0 && is_target_tgid(tgid) {
-        switch_out(&ctx, ts, prev_pid, tgid, next_pid);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let prev_pid = pid_tgid as u32;
+    let tgid = (pid_tgid >> 32) as u32;
+    let next_pid = task_pid(next_task);
+    let prev_is_target = prev_pid != 0 && is_target_tgid(tgid);
+    let next = thread(next_pid);
+    // SAFETY: per-CPU value; sched_switch runs with IRQs off.
+    unsafe { (*cpu).target_tid = if next.is_some() { next_pid } else { 0 } };
+    if !prev_is_target && next.is_none() {
+        return 0;
     }
-    switch_in(ts, next_pid);
+    let ts = now();
+    let Some(sink) = Sink::at(ts, cpu) else {
+        return 0;
+    };
+    if prev_is_target {
+        let out = SwitchOut {
+            tid: prev_pid,
+            tgid,
+            // Bool argument: only the low byte is defined.
+            preempted: preempt & 0xff != 0,
+            state: prev_state as u32,
+            next_pid,
+            next_task,
+        };
+        switch_out(&sink, cpu, ts, &out);
+    }
+    if let Some(next) = next {
+        // SAFETY: map value; a thread's state is only written by its own
+        // switches (serialised by the scheduler) and its wakeup.
+        switch_in(&sink, unsafe { &mut *next }, ts);
+    }
     0
 }
 
+/// What sched_switch tells about the thread leaving the CPU.
+struct SwitchOut {
+    tid: u32,
+    tgid: u32,
+    preempted: bool,
+    state: u32,
+    next_pid: u32,
+    next_task: *const u8,
+}
+
 #[inline(always)]
-fn switch_out(ctx: &TracePointContext, ts: u64, tid: u32, tgid: u32, next_pid: u32) {
-    let prev_state: u64 = read(ctx, tp::SWITCH_PREV_STATE);
-    if prev_state & STATE_DEAD != 0 {
+fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchOut) {
+    if out.state & TASK_DEAD != 0 {
         // The thread's final switch: not counted by the kernel's nvcsw/nivcsw
         // either, and it never comes back.
-        let _ = THREADS.remove(&tid);
+        untrack(out.tid);
         return;
     }
-    let runnable = prev_state == 0 || prev_state == CONFIG.load().preempt_state;
+    // As the kernel counts nvcsw/nivcsw: voluntary = not preempted and no
+    // longer runnable.
+    let runnable = out.preempted || out.state == 0;
     let (counter, kind) = if runnable {
         (Counter::SwitchesInvoluntary, OffCpuKind::Preempted)
     } else {
         (Counter::SwitchesVoluntary, OffCpuKind::Blocked)
     };
-    count(counter, 1, ts);
-    // SAFETY: helper without preconditions.
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    let next_comm = read_comm(ctx, tp::SWITCH_NEXT_COMM);
-    let state = ThreadState {
-        tgid,
-        off_kind: kind as u32,
-        off_ts: ts,
-        wakeup_ts: 0,
-        cpu_out: cpu,
-        next_pid,
-        next_comm,
-    };
-    match THREADS.get_ptr_mut(&tid) {
-        // SAFETY: preallocated hash map value, only this thread's switches
-        // (serialised by the scheduler) write it.
-        Some(existing) => unsafe { *existing = state },
-        None => {
-            if THREADS.insert(&tid, &state, 0).is_err() {
-                total_add(Total::ThreadMapFull as u32, 1);
-            }
-        }
-    }
-}
-
-#[inline(always)]
-fn switch_in(ts: u64, next_pid: u32) {
-    let Some(cpu) = cpu_state() else { return };
-    let thread = if next_pid == 0 {
-        None
-    } else {
-        THREADS.get_ptr_mut(&next_pid)
-    };
-    let Some(thread) = thread else {
-        // SAFETY: per-CPU value, written with IRQs off (inside __schedule).
-        unsafe { (*cpu).target_tid = 0 };
+    sink.add(counter, 1);
+    let Some(state) = track(out.tid, out.tgid, cpu) else {
         return;
     };
-    // SAFETY: as above; the thread's state is only written by its own switches.
-    unsafe {
-        (*cpu).target_tid = next_pid;
-        let st = &mut *thread;
-        if st.off_kind == 0 || st.off_ts == 0 || ts < st.off_ts {
-            st.off_kind = 0;
-            return;
-        }
-        let total = ts - st.off_ts;
-        let (runnable, blocked) = if st.off_kind == OffCpuKind::Preempted as u32 {
-            (total, 0)
-        } else if st.wakeup_ts >= st.off_ts && st.wakeup_ts <= ts {
-            (ts - st.wakeup_ts, st.wakeup_ts - st.off_ts)
-        } else {
-            // Woken before the probes saw it: call it all blocked.
-            (0, total)
-        };
-        count(Counter::RunnableNs, runnable, ts);
-        count(Counter::BlockedNs, blocked, ts);
-        if total >= CONFIG.load().min_offcpu_record_ns {
-            emit_offcpu(st, next_pid, ts, runnable, blocked);
-        }
-        st.off_kind = 0;
-    }
+    // SAFETY: map value, written only by this thread's own switches.
+    let state = unsafe { &mut *state };
+    state.off_kind = kind as u32;
+    state.off_ts = ts;
+    state.wakeup_ts = 0;
+    state.cpu_out = cpu_id();
+    state.next_pid = out.next_pid;
+    // Who ran instead matters when the thread was pushed off; reading the
+    // comm is a helper call, so only then.
+    state.next_comm = if runnable {
+        task_comm(out.next_task)
+    } else {
+        [0; 16]
+    };
 }
 
 #[inline(always)]
-fn emit_offcpu(st: &ThreadState, tid: u32, ts: u64, runnable: u64, blocked: u64) {
+fn switch_in(sink: &Sink, st: &mut ThreadState, ts: u64) {
+    if st.off_kind == 0 || st.off_ts == 0 || ts < st.off_ts {
+        st.off_kind = 0;
+        return;
+    }
+    let total = ts - st.off_ts;
+    let (runnable, blocked) = if st.off_kind == OffCpuKind::Preempted as u32 {
+        (total, 0)
+    } else if st.wakeup_ts >= st.off_ts && st.wakeup_ts <= ts {
+        (ts - st.wakeup_ts, st.wakeup_ts - st.off_ts)
+    } else {
+        // Woken before the probes saw it: call it all blocked.
+        (0, total)
+    };
+    sink.add(Counter::RunnableNs, runnable);
+    sink.add(Counter::BlockedNs, blocked);
+    if total >= CONFIG.load().min_offcpu_record_ns {
+        emit_offcpu(sink, st, ts, runnable, blocked);
+    }
+    st.off_kind = 0;
+}
+
+#[inline(always)]
+fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64, blocked: u64) {
     match RECORDS.reserve::<OffCpuRecord>(0) {
         Some(mut entry) => {
-            // SAFETY: helper without preconditions.
-            let cpu_in = unsafe { bpf_get_smp_processor_id() };
             entry.write(OffCpuRecord {
-                tid,
+                tid: st.tid,
                 tgid: st.tgid,
                 kind: st.off_kind,
                 cpu_out: st.cpu_out,
-                cpu_in,
+                cpu_in: cpu_id(),
                 next_pid: st.next_pid,
                 start_ns: st.off_ts,
                 end_ns: ts,
@@ -289,19 +392,20 @@ fn emit_offcpu(st: &ThreadState, tid: u32, ts: u64, runnable: u64, blocked: u64)
             });
             entry.submit(BPF_RB_NO_WAKEUP as u64);
         }
-        None => total_add(Total::RingReserveFailed as u32, 1),
+        // SAFETY: pointer from the map lookup in `Sink::at`.
+        None => unsafe { (*sink.cpu).totals[Total::RingReserveFailed as usize] += 1 },
     }
 }
 
-/// Marks the blocked → runnable edge of a target thread.
-#[tracepoint]
-pub fn sched_wakeup(ctx: TracePointContext) -> u32 {
-    let pid: u32 = read(&ctx, tp::WAKEUP_PID);
-    if let Some(thread) = THREADS.get_ptr_mut(&pid) {
-        // SAFETY: preallocated hash map value.
+/// Marks the blocked → runnable edge of a target thread. sched_wakeup(task *p)
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    let pid = task_pid(arg(&ctx, 0));
+    if let Some(st) = thread(pid) {
+        // SAFETY: map value.
         unsafe {
-            if (*thread).off_kind == OffCpuKind::Blocked as u32 && (*thread).wakeup_ts == 0 {
-                (*thread).wakeup_ts = now();
+            if (*st).off_kind == OffCpuKind::Blocked as u32 && (*st).wakeup_ts == 0 {
+                (*st).wakeup_ts = now();
             }
         }
     }
@@ -309,11 +413,12 @@ pub fn sched_wakeup(ctx: TracePointContext) -> u32 {
 }
 
 /// Fires in the migrating context, so the filter is on the migrated task.
-#[tracepoint]
-pub fn sched_migrate_task(ctx: TracePointContext) -> u32 {
-    let pid: u32 = read(&ctx, tp::MIGRATE_PID);
-    if THREADS.get_ptr(&pid).is_some() {
-        count(Counter::Migrations, 1, now());
+/// sched_migrate_task(task *p, int dest_cpu)
+#[btf_tracepoint(function = "sched_migrate_task")]
+pub fn sched_migrate_task(ctx: BtfTracePointContext) -> i32 {
+    let pid = task_pid(arg(&ctx, 0));
+    if thread(pid).is_some() {
+        count_one(Counter::Migrations);
     }
     0
 }
@@ -321,38 +426,38 @@ pub fn sched_migrate_task(ctx: TracePointContext) -> u32 {
 /// New threads (and, with follow_children, new processes) of the target.
 /// Runs in the parent's context and, unlike sched_process_fork, carries the
 /// clone flags that tell a thread from a process.
-#[tracepoint]
-pub fn task_newtask(ctx: TracePointContext) -> u32 {
+/// task_newtask(task *task, u64 clone_flags)
+#[btf_tracepoint(function = "task_newtask")]
+pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
     let tgid = current_tgid();
     if !is_target_tgid(tgid) {
         return 0;
     }
-    let pid: u32 = read(&ctx, tp::NEWTASK_PID);
-    let flags: u64 = read(&ctx, tp::NEWTASK_CLONE_FLAGS);
+    let Some(cpu) = cpu_state() else { return 0 };
+    let pid = task_pid(arg(&ctx, 0));
+    let flags: u64 = arg(&ctx, 1);
     let owner = if flags & CLONE_THREAD != 0 {
         tgid
     } else if CONFIG.load().follow_children != 0 {
         if CHILD_TGIDS.insert(&pid, &tgid, 0).is_err() {
-            total_add(Total::ThreadMapFull as u32, 1);
+            // SAFETY: per-CPU map value.
+            unsafe { (*cpu).totals[Total::ThreadMapFull as usize] += 1 };
         }
         pid
     } else {
         return 0;
     };
-    let state = ThreadState {
-        tgid: owner,
-        ..ThreadState::default()
-    };
-    if THREADS.insert(&pid, &state, 0).is_err() {
-        total_add(Total::ThreadMapFull as u32, 1);
-    }
+    let _ = track(pid, owner, cpu);
     0
 }
 
-#[tracepoint]
-pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
-    let pid: u32 = read(&ctx, tp::EXIT_PID);
-    let _ = CHILD_TGIDS.remove(&pid);
+/// sched_process_exit(task *p, bool group_dead)
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
+    let pid = task_pid(arg(&ctx, 0));
+    if CONFIG.load().follow_children != 0 {
+        let _ = CHILD_TGIDS.remove(&pid);
+    }
     0
 }
 
@@ -372,32 +477,33 @@ fn hardirq_entry() {
 fn hardirq_exit(kind: IrqKind) {
     let Some(cpu) = cpu_state() else { return };
     // SAFETY: per-CPU value; hard IRQs do not nest.
-    unsafe {
-        let start = (*cpu).hardirq_start;
-        if start == 0 {
-            return;
-        }
-        (*cpu).hardirq_start = 0;
-        let ts = now();
-        let duration = ts.saturating_sub(start);
-        count(Counter::HardIrqs, 1, ts);
-        count(Counter::HardIrqNs, duration, ts);
-        total_add(TOTAL_IRQ_KIND_BASE + kind as u32, 1);
-        if (*cpu).softirq_start != 0 {
-            (*cpu).softirq_nested_ns += duration;
-        }
+    let state = unsafe { &mut *cpu };
+    let start = state.hardirq_start;
+    if start == 0 {
+        return;
+    }
+    state.hardirq_start = 0;
+    let ts = now();
+    let duration = ts.saturating_sub(start);
+    if state.softirq_start != 0 {
+        state.softirq_nested_ns += duration;
+    }
+    state.totals[(TOTAL_IRQ_KIND_BASE + kind as u32) as usize] += 1;
+    if let Some(sink) = Sink::at(ts, cpu) {
+        sink.add(Counter::HardIrqs, 1);
+        sink.add(Counter::HardIrqNs, duration);
     }
 }
 
 macro_rules! hardirq_programs {
-    ($($entry:ident, $exit:ident, $category:literal, $entry_tp:literal, $exit_tp:literal, $kind:expr;)*) => {$(
-        #[tracepoint(category = $category, name = $entry_tp)]
-        pub fn $entry(_ctx: TracePointContext) -> u32 {
+    ($($entry:ident, $entry_tp:literal, $exit:ident, $exit_tp:literal, $kind:expr;)*) => {$(
+        #[btf_tracepoint(function = $entry_tp)]
+        pub fn $entry(_ctx: BtfTracePointContext) -> i32 {
             hardirq_entry();
             0
         }
-        #[tracepoint(category = $category, name = $exit_tp)]
-        pub fn $exit(_ctx: TracePointContext) -> u32 {
+        #[btf_tracepoint(function = $exit_tp)]
+        pub fn $exit(_ctx: BtfTracePointContext) -> i32 {
             hardirq_exit($kind);
             0
         }
@@ -405,18 +511,18 @@ macro_rules! hardirq_programs {
 }
 
 hardirq_programs! {
-    irq_handler_entry, irq_handler_exit, "irq", "irq_handler_entry", "irq_handler_exit", IrqKind::Device;
-    local_timer_entry, local_timer_exit, "irq_vectors", "local_timer_entry", "local_timer_exit", IrqKind::LocalTimer;
-    reschedule_entry, reschedule_exit, "irq_vectors", "reschedule_entry", "reschedule_exit", IrqKind::Reschedule;
-    call_function_entry, call_function_exit, "irq_vectors", "call_function_entry", "call_function_exit", IrqKind::CallFunction;
-    call_function_single_entry, call_function_single_exit, "irq_vectors", "call_function_single_entry", "call_function_single_exit", IrqKind::CallFunctionSingle;
-    irq_work_entry, irq_work_exit, "irq_vectors", "irq_work_entry", "irq_work_exit", IrqKind::IrqWork;
+    irq_handler_entry, "irq_handler_entry", irq_handler_exit, "irq_handler_exit", IrqKind::Device;
+    local_timer_entry, "local_timer_entry", local_timer_exit, "local_timer_exit", IrqKind::LocalTimer;
+    reschedule_entry, "reschedule_entry", reschedule_exit, "reschedule_exit", IrqKind::Reschedule;
+    call_function_entry, "call_function_entry", call_function_exit, "call_function_exit", IrqKind::CallFunction;
+    call_function_single_entry, "call_function_single_entry", call_function_single_exit, "call_function_single_exit", IrqKind::CallFunctionSingle;
+    irq_work_entry, "irq_work_entry", irq_work_exit, "irq_work_exit", IrqKind::IrqWork;
 }
 
 // ---------------------------------------------------------------- softirqs
 
-#[tracepoint(category = "irq", name = "softirq_entry")]
-pub fn softirq_entry(_ctx: TracePointContext) -> u32 {
+#[btf_tracepoint(function = "softirq_entry")]
+pub fn softirq_entry(_ctx: BtfTracePointContext) -> i32 {
     if let Some(cpu) = cpu_state() {
         // SAFETY: per-CPU value; softirqs do not nest on a CPU.
         unsafe {
@@ -427,29 +533,31 @@ pub fn softirq_entry(_ctx: TracePointContext) -> u32 {
     0
 }
 
-#[tracepoint(category = "irq", name = "softirq_exit")]
-pub fn softirq_exit(ctx: TracePointContext) -> u32 {
+/// softirq_exit(unsigned int vec_nr)
+#[btf_tracepoint(function = "softirq_exit")]
+pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
     let Some(cpu) = cpu_state() else { return 0 };
     // SAFETY: per-CPU value; softirqs do not nest on a CPU.
-    unsafe {
-        let start = (*cpu).softirq_start;
-        if start == 0 {
-            return 0;
-        }
-        (*cpu).softirq_start = 0;
-        let ts = now();
-        let duration = ts
-            .saturating_sub(start)
-            .saturating_sub((*cpu).softirq_nested_ns);
-        count(Counter::SoftIrqs, 1, ts);
-        count(Counter::SoftIrqNs, duration, ts);
-        let vec: u32 = read(&ctx, tp::SOFTIRQ_VEC);
-        if (vec as usize) < NUM_SOFTIRQ_VECTORS {
-            total_add(TOTAL_SOFTIRQ_BASE + vec, 1);
-        }
+    let state = unsafe { &mut *cpu };
+    let start = state.softirq_start;
+    if start == 0 {
+        return 0;
+    }
+    state.softirq_start = 0;
+    let ts = now();
+    let duration = ts
+        .saturating_sub(start)
+        .saturating_sub(state.softirq_nested_ns);
+    let vec: u32 = arg(&ctx, 0);
+    state.softirqs[(vec & 15) as usize] += 1;
+    if let Some(sink) = Sink::at(ts, cpu) {
+        sink.add(Counter::SoftIrqs, 1);
+        sink.add(Counter::SoftIrqNs, duration);
     }
     0
 }
+
+const _: () = assert!(NUM_TOTALS > TOTAL_IRQ_KIND_BASE);
 
 #[cfg(not(test))]
 #[panic_handler]

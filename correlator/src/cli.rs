@@ -43,18 +43,19 @@ pub enum Command {
         /// Also watch processes the target forks.
         #[arg(long)]
         follow_children: bool,
-        /// Width of a time bucket (1ms or finer is best for spikes).
+        /// Width of a time bucket, rounded down to a power of two ns (the
+        /// default 1ms gives 524.288 µs buckets).
         #[arg(long, default_value = "1ms", value_parser = humantime::parse_duration)]
         bucket: Duration,
         /// Off-CPU intervals at least this long get their own record.
-        #[arg(long, default_value = "10us", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "50us", value_parser = humantime::parse_duration)]
         min_offcpu: Duration,
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
         /// Kernel ring-buffer size in bytes (power-of-two pages); tests use a
         /// tiny one to force and check loss accounting.
-        #[arg(long, default_value_t = 4 << 20, hide = true)]
+        #[arg(long, default_value_t = 8 << 20, hide = true)]
         ring_bytes: u32,
     },
     /// Print the event totals of a run file.

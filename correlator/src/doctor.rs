@@ -57,11 +57,21 @@ fn btf() -> Result<String, String> {
 
 fn tracefs_check() -> Result<String, String> {
     let root = tracefs::require_root().map_err(|e| format!("{e:#}"))?;
-    tracefs::check_layout(&root).map_err(|e| format!("{e:#}"))?;
     Ok(format!(
-        "{} mounted, tracepoint layouts match",
+        "{} mounted (not needed by the probes, used by perf and bpftrace)",
         root.display()
     ))
+}
+
+fn task_layout() -> Result<String, String> {
+    let btf = crate::probes::btf::Btf::from_sys_fs().map_err(|e| format!("{e:#}"))?;
+    let pid = btf
+        .member_offset("task_struct", "pid")
+        .map_err(|e| format!("{e:#}"))?;
+    let comm = btf
+        .member_offset("task_struct", "comm")
+        .map_err(|e| format!("{e:#}"))?;
+    Ok(format!("task_struct.pid at {pid}, .comm at {comm}"))
 }
 
 /// CAP_PERFMON = 38, CAP_BPF = 39 (linux/capability.h).
@@ -94,7 +104,7 @@ fn attach_trial() -> Result<String, String> {
     let stats = probes.stats_enabled();
     drop(probes);
     Ok(format!(
-        "{} tracepoints, {} software perf events per CPU, ring buffer; BPF run-time stats {}",
+        "{} BTF tracepoints, {} software perf events per CPU, ring buffer; BPF run-time stats {}",
         crate::probes::TRACEPOINTS.len(),
         crate::probes::PERF_EVENTS.len(),
         if stats { "on" } else { "unavailable" }
@@ -105,8 +115,9 @@ fn attach_trial() -> Result<String, String> {
 pub fn run_checks() -> Vec<Check> {
     let mut checks = vec![
         check("kernel version", true, kernel_version()),
-        check("BTF", false, btf()),
-        check("tracefs", true, tracefs_check()),
+        check("BTF", true, btf()),
+        check("task_struct layout", true, task_layout()),
+        check("tracefs", false, tracefs_check()),
         check("privileges", true, privileges()),
     ];
     let can_try = checks.iter().all(|c| c.ok || !c.required);

@@ -2,6 +2,7 @@
 //! per-CPU buckets and the ring buffer into a [`Timeline`], and account for
 //! every event the kernel side could not deliver.
 
+pub mod btf;
 pub mod tracefs;
 
 use std::{os::fd::OwnedFd, time::Duration};
@@ -9,18 +10,18 @@ use std::{os::fd::OwnedFd, time::Duration};
 use anyhow::{Context as _, Result};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        PerfEvent, TracePoint,
+        BtfTracePoint, PerfEvent,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
     sys::{Stats, enable_stats},
     util::online_cpus,
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, Config, IrqKind, NUM_COUNTERS, NUM_IRQ_KINDS, NUM_SOFTIRQ_VECTORS,
-    NUM_TOTALS, OffCpuRecord, SOFTIRQ_NAMES, TOTAL_IRQ_KIND_BASE, TOTAL_SOFTIRQ_BASE, ThreadState,
-    Total,
+    BUCKET_SLOTS, Bucket, Config, CpuState, IrqKind, NUM_COUNTERS, NUM_IRQ_KINDS,
+    NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuRecord, SOFTIRQ_NAMES, THREAD_SLOTS,
+    TOTAL_IRQ_KIND_BASE, ThreadState, Total,
 };
 use serde::{Deserialize, Serialize};
 
@@ -33,35 +34,29 @@ use crate::{
 /// The compiled kernel programs, built by build.rs through aya-build.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/correlator"));
 
-/// Classic tracepoints attached, as (program, category, event).
-pub const TRACEPOINTS: [(&str, &str, &str); 19] = [
-    ("sched_switch", "sched", "sched_switch"),
-    ("sched_wakeup", "sched", "sched_wakeup"),
-    ("sched_migrate_task", "sched", "sched_migrate_task"),
-    ("task_newtask", "task", "task_newtask"),
-    ("sched_process_exit", "sched", "sched_process_exit"),
-    ("irq_handler_entry", "irq", "irq_handler_entry"),
-    ("irq_handler_exit", "irq", "irq_handler_exit"),
-    ("softirq_entry", "irq", "softirq_entry"),
-    ("softirq_exit", "irq", "softirq_exit"),
-    ("local_timer_entry", "irq_vectors", "local_timer_entry"),
-    ("local_timer_exit", "irq_vectors", "local_timer_exit"),
-    ("reschedule_entry", "irq_vectors", "reschedule_entry"),
-    ("reschedule_exit", "irq_vectors", "reschedule_exit"),
-    ("call_function_entry", "irq_vectors", "call_function_entry"),
-    ("call_function_exit", "irq_vectors", "call_function_exit"),
-    (
-        "call_function_single_entry",
-        "irq_vectors",
-        "call_function_single_entry",
-    ),
-    (
-        "call_function_single_exit",
-        "irq_vectors",
-        "call_function_single_exit",
-    ),
-    ("irq_work_entry", "irq_vectors", "irq_work_entry"),
-    ("irq_work_exit", "irq_vectors", "irq_work_exit"),
+/// BTF tracepoints attached (program name = tracepoint name). BTF
+/// tracepoints skip the classic tracepoints' formatting of every event into
+/// a perf buffer, which alone slowed a context-switch heavy load by ~10%.
+pub const TRACEPOINTS: [&str; 19] = [
+    "sched_switch",
+    "sched_wakeup",
+    "sched_migrate_task",
+    "task_newtask",
+    "sched_process_exit",
+    "irq_handler_entry",
+    "irq_handler_exit",
+    "softirq_entry",
+    "softirq_exit",
+    "local_timer_entry",
+    "local_timer_exit",
+    "reschedule_entry",
+    "reschedule_exit",
+    "call_function_entry",
+    "call_function_exit",
+    "call_function_single_entry",
+    "call_function_single_exit",
+    "irq_work_entry",
+    "irq_work_exit",
 ];
 
 /// Software perf events with a program on every sample (period 1), one per CPU.
@@ -96,12 +91,20 @@ impl Default for ProbeConfig {
     fn default() -> Self {
         Self {
             follow_children: false,
+            // 2^20 ns would be 1.05 ms; the default must be 1 ms or finer.
             bucket: Duration::from_millis(1),
-            min_offcpu_record: Duration::from_micros(10),
+            min_offcpu_record: Duration::from_micros(50),
             max_records: 2_000_000,
-            ring_bytes: 4 << 20,
+            ring_bytes: 8 << 20,
         }
     }
+}
+
+/// The largest power-of-two bucket width (in ns) not wider than `asked`:
+/// the kernel side then finds a bucket with a shift instead of a division.
+pub fn bucket_shift(asked: Duration) -> u32 {
+    let ns = u64::try_from(asked.as_nanos()).unwrap_or(u64::MAX).max(1);
+    63 - ns.leading_zeros()
 }
 
 /// Cost of one kernel program over the run, from the kernel's BPF run-time
@@ -129,7 +132,7 @@ pub struct Probes {
     /// Holds the programs; dropping it detaches them.
     ebpf: Option<Ebpf>,
     buckets: PerCpuArray<MapData, Bucket>,
-    totals: PerCpuArray<MapData, [u64; NUM_TOTALS as usize]>,
+    cpus: PerCpuArray<MapData, CpuState>,
     records: RingBuf<MapData>,
     bucket_ns: u64,
     /// First bucket not drained yet.
@@ -152,18 +155,17 @@ fn take_map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
 impl Probes {
     /// Loads and attaches every program for `target`.
     pub fn attach(target: &Target, cfg: &ProbeConfig) -> Result<Self> {
-        let root = tracefs::require_root()?;
-        tracefs::check_layout(&root)?;
-        let bucket_ns = u64::try_from(cfg.bucket.as_nanos())
-            .unwrap_or(u64::MAX)
-            .max(1);
+        let kernel_btf = btf::Btf::from_sys_fs()?;
+        let bucket_shift = bucket_shift(cfg.bucket);
+        let bucket_ns = 1u64 << bucket_shift;
         let config = Config {
             target_tgid: target.pid,
             follow_children: u32::from(cfg.follow_children),
-            bucket_ns,
+            bucket_shift: u64::from(bucket_shift),
             min_offcpu_record_ns: u64::try_from(cfg.min_offcpu_record.as_nanos())
                 .unwrap_or(u64::MAX),
-            preempt_state: tracefs::preempt_state(&root)?,
+            task_pid_offset: kernel_btf.member_offset("task_struct", "pid")?.into(),
+            task_comm_offset: kernel_btf.member_offset("task_struct", "comm")?.into(),
         };
         // Reference-counted: stays on while we hold the fd and does not
         // fight other tools (unlike flipping the kernel.bpf_stats_enabled sysctl).
@@ -175,25 +177,23 @@ impl Probes {
             .load(EBPF_OBJECT)
             .map_err(|e| load_error(&e))?;
         let next_epoch = clock::monotonic_ns() / bucket_ns;
-        let mut threads: HashMap<MapData, u32, ThreadState> = take_map(&mut ebpf, "THREADS")?;
+        let mut table = ThreadTable {
+            slots: take_map(&mut ebpf, "THREADS")?,
+            spill: take_map(&mut ebpf, "SPILL")?,
+        };
         let mut children: HashMap<MapData, u32, u32> = take_map(&mut ebpf, "CHILD_TGIDS")?;
         attach_all(&mut ebpf)?;
         // After attaching, so a thread created meanwhile is seen by
-        // task_newtask or by this scan (inserting with NOEXIST keeps state the
-        // kernel side already wrote).
+        // task_newtask or by this scan.
         for (tgid, tid) in target.threads(cfg.follow_children) {
-            let state = ThreadState {
-                tgid,
-                ..ThreadState::default()
-            };
-            let _ = threads.insert(&tid, &state, 1 /* BPF_NOEXIST */);
+            table.track(tid, tgid)?;
             if tgid != target.pid {
                 let _ = children.insert(&tgid, &target.pid, 0);
             }
         }
         Ok(Self {
             buckets: take_map(&mut ebpf, "BUCKETS")?,
-            totals: take_map(&mut ebpf, "TOTALS")?,
+            cpus: take_map(&mut ebpf, "CPUS")?,
             records: take_map(&mut ebpf, "RECORDS")?,
             ebpf: Some(ebpf),
             bucket_ns,
@@ -203,6 +203,7 @@ impl Probes {
         })
     }
 
+    /// Actual bucket width: the asked width rounded down to a power of two ns.
     pub fn bucket_ns(&self) -> u64 {
         self.bucket_ns
     }
@@ -289,10 +290,14 @@ impl Probes {
     }
 
     fn read_totals(&self) -> Result<KernelTotals> {
-        let per_cpu = self.totals.get(&0, 0).context("reading TOTALS")?;
+        let per_cpu = self.cpus.get(&0, 0).context("reading CPUS")?;
         let mut sum = [0u64; NUM_TOTALS as usize];
+        let mut softirqs = [0u64; NUM_SOFTIRQ_VECTORS];
         for cpu in per_cpu.iter() {
-            for (s, v) in sum.iter_mut().zip(cpu.iter()) {
+            for (s, v) in sum.iter_mut().zip(cpu.totals.iter()) {
+                *s += v;
+            }
+            for (s, v) in softirqs.iter_mut().zip(cpu.softirqs.iter()) {
                 *s += v;
             }
         }
@@ -304,24 +309,61 @@ impl Probes {
         totals
             .irq_kinds
             .copy_from_slice(&sum[irq..irq + NUM_IRQ_KINDS]);
-        let soft = TOTAL_SOFTIRQ_BASE as usize;
-        totals
-            .softirq_vectors
-            .copy_from_slice(&sum[soft..soft + NUM_SOFTIRQ_VECTORS]);
+        totals.softirq_vectors = softirqs;
         Ok(totals)
     }
 }
 
+/// Userspace side of the kernel's direct-mapped thread table: the same
+/// placement rule as `track` in the eBPF programs.
+struct ThreadTable {
+    slots: Array<MapData, ThreadState>,
+    spill: HashMap<MapData, u32, ThreadState>,
+}
+
+impl ThreadTable {
+    fn track(&mut self, tid: u32, tgid: u32) -> Result<()> {
+        let index = tid & (THREAD_SLOTS - 1);
+        let slot = self.slots.get(&index, 0).context("reading THREADS")?;
+        if slot.tid == tid {
+            return Ok(());
+        }
+        let fresh = ThreadState {
+            tid,
+            tgid,
+            spill: slot.spill,
+            ..ThreadState::default()
+        };
+        if slot.tid == 0 {
+            self.slots
+                .set(index, &fresh, 0)
+                .context("writing THREADS")?;
+            return Ok(());
+        }
+        let flagged = ThreadState { spill: 1, ..slot };
+        self.slots
+            .set(index, &flagged, 0)
+            .context("writing THREADS")?;
+        // NOEXIST: keep state the kernel side may already have written.
+        let _ = self
+            .spill
+            .insert(&tid, &ThreadState { spill: 0, ..fresh }, 1);
+        Ok(())
+    }
+}
+
 fn attach_all(ebpf: &mut Ebpf) -> Result<()> {
-    for (prog, category, event) in TRACEPOINTS {
-        let program: &mut TracePoint = ebpf
+    let btf =
+        aya::Btf::from_sys_fs().context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")?;
+    for prog in TRACEPOINTS {
+        let program: &mut BtfTracePoint = ebpf
             .program_mut(prog)
             .with_context(|| format!("program {prog} missing from the eBPF object"))?
             .try_into()?;
-        program.load().map_err(|e| refused(prog, &e))?;
+        program.load(prog, &btf).map_err(|e| refused(prog, &e))?;
         program
-            .attach(category, event)
-            .with_context(|| format!("cannot attach to tracepoint {category}:{event}"))?;
+            .attach()
+            .with_context(|| format!("cannot attach to BTF tracepoint {prog}"))?;
     }
     let cpus = online_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?;
     for (prog, event) in PERF_EVENTS {
@@ -402,3 +444,15 @@ impl KernelTotals {
 }
 
 const _: () = assert!(IRQ_KIND_NAMES.len() == IrqKind::IrqWork as usize + 1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_width_rounds_down_to_a_power_of_two() {
+        assert_eq!(1u64 << bucket_shift(Duration::from_millis(1)), 524_288);
+        assert_eq!(bucket_shift(Duration::from_nanos(1 << 20)), 20);
+        assert_eq!(bucket_shift(Duration::from_nanos(0)), 0);
+    }
+}

@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
 
-use crate::workload::WorkloadArgs;
+use crate::{loadgen::testserver::TestServerArgs, workload::WorkloadArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -66,9 +66,73 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Drive a server with open-loop constant-rate load and measure latency honestly.
+    #[command(
+        long_about = "Open-loop, constant-throughput load (wrk2's method): every request has an \
+                      intended send time on a fixed schedule and latency is measured from it, so a \
+                      server stall is charged to every request that waited behind it (no \
+                      coordinated omission). Requests are pipelined when the server stalls.\n\n\
+                      URL schemes: http://host:port/path (HTTP/1.1 GET), redis://host:port (RESP), \
+                      memcache://host:port (text protocol), tcp://host:port (one line out, one back)."
+    )]
+    Load(LoadArgs),
     /// Check that this machine can record: kernel, BTF, tracefs, privileges, attach.
     Doctor,
     /// Test helper: do known work after a line on stdin (for ground-truth tests).
     #[command(hide = true)]
     Workload(WorkloadArgs),
+    /// Test server: line protocol and HTTP, with periodic stalls.
+    #[command(hide = true)]
+    Testserver(TestServerArgs),
+}
+
+/// Key-value operation for redis:// and memcache:// targets.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Op {
+    Ping,
+    Get,
+    Set,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    /// Target URL: http://, redis://, memcache:// or tcp:// (loopback or your own namespaces).
+    pub url: String,
+    /// Requests per second; a list (2000,4000,8000) runs a sweep of phases back to back.
+    #[arg(long, short, value_delimiter = ',', required = true)]
+    pub rate: Vec<f64>,
+    /// Length of each phase.
+    #[arg(long, short, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Start of each phase discarded from the distributions.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// Connections (requests are spread round-robin).
+    #[arg(long, short, default_value_t = 8)]
+    pub connections: usize,
+    /// A request unanswered this long is a timeout (recorded as ≥ this).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// One request at a time per connection, latency from the actual send
+    /// (what most tools do; shown for comparison).
+    #[arg(long)]
+    pub closed_loop: bool,
+    /// redis/memcache operation.
+    #[arg(long, value_enum, default_value = "ping")]
+    pub op: Op,
+    /// Key space for get/set.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
+    /// Value size for set, in bytes.
+    #[arg(long, default_value_t = 64)]
+    pub value_size: usize,
+    /// Print JSON (schema correlator.load/v1) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write an HdrHistogram interval log (1 s intervals).
+    #[arg(long)]
+    pub hlog: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
 }

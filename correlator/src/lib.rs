@@ -6,6 +6,8 @@
 pub mod cli;
 pub mod clock;
 pub mod doctor;
+pub mod latency;
+pub mod loadgen;
 pub mod probes;
 pub mod record;
 pub mod summary;

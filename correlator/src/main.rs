@@ -3,8 +3,8 @@ use std::{io::IsTerminal as _, process::ExitCode};
 use anyhow::Result;
 use clap::Parser as _;
 use correlator::{
-    cli::{Cli, Command},
-    doctor,
+    cli::{Cli, Command, LoadArgs, Op},
+    doctor, loadgen,
     probes::ProbeConfig,
     record::{self, RecordOptions},
     summary,
@@ -68,6 +68,60 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Workload(args) => workload::run(&args)?,
+        Command::Testserver(args) => loadgen::testserver::run(&args)?,
+        Command::Load(args) => load(&args)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn load(args: &LoadArgs) -> Result<()> {
+    use loadgen::protocol::{KvOp, Target};
+    let op = match args.op {
+        Op::Ping => KvOp::Ping,
+        Op::Get => KvOp::Get { keys: args.keys },
+        Op::Set => KvOp::Set {
+            keys: args.keys,
+            value_size: args.value_size,
+        },
+    };
+    let opts = loadgen::LoadOptions {
+        url: args.url.clone(),
+        target: Target::parse(&args.url, &op)?,
+        rates: args.rate.clone(),
+        duration: args.duration,
+        warmup: args.warmup,
+        connections: args.connections,
+        timeout: args.timeout,
+        closed_loop: args.closed_loop,
+    };
+    let total_ms = args.duration.as_millis() as u64 * args.rate.len() as u64;
+    let bar = (!args.quiet && !args.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(total_ms);
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
+        {
+            bar.set_style(style);
+        }
+        bar
+    });
+    let report = |elapsed_ns: u64, completed: u64| {
+        if let Some(bar) = &bar {
+            bar.set_position(elapsed_ns / 1_000_000);
+            bar.set_message(format!("{completed} requests completed"));
+        }
+    };
+    let mut result = loadgen::run(opts, Some(&report))?;
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    if let Some(path) = &args.hlog {
+        loadgen::output::write_hlog(&mut result, path)?;
+    }
+    let json = loadgen::output::json(&result);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        print!("{}", loadgen::output::text(&json));
+    }
+    Ok(())
 }

@@ -76,6 +76,15 @@ pub enum Command {
                       memcache://host:port (text protocol), tcp://host:port (one line out, one back)."
     )]
     Load(LoadArgs),
+    /// Summarise latency captured elsewhere: per-request CSV / JSON lines, or an .hlog.
+    #[command(
+        long_about = "Reads a per-request latency log (CSV or JSON lines with start_ns and end_ns, \
+                      optional status; CLOCK_MONOTONIC or CLOCK_REALTIME) or an HdrHistogram \
+                      interval log, and prints its distribution under the percentile rules. \
+                      --expected-interval applies HdrHistogram's closed-loop correction, a \
+                      model labelled as such."
+    )]
+    Latency(LatencyArgs),
     /// Check that this machine can record: kernel, BTF, tracefs, privileges, attach.
     Doctor,
     /// Test helper: do known work after a line on stdin (for ground-truth tests).
@@ -135,4 +144,22 @@ pub struct LoadArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LatencyArgs {
+    /// Log file (.csv, .jsonl or .hlog).
+    pub file: PathBuf,
+    /// Format (default: from the file extension).
+    #[arg(long, value_enum)]
+    pub format: Option<crate::latency::import::Format>,
+    /// Clock of the timestamps in a per-request log.
+    #[arg(long, value_enum, default_value = "monotonic")]
+    pub clock: crate::latency::import::Clock,
+    /// Closed-loop correction: the interval requests were meant to be sent at.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub expected_interval: Option<Duration>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -7,6 +7,8 @@
 //! - distributions are HdrHistograms (3 significant digits, 1 ns .. 1 h),
 //!   merged, never averaged.
 
+pub mod import;
+
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +63,16 @@ impl Distribution {
     /// Records one value; values beyond the range are clamped to it.
     pub fn record(&mut self, ns: u64) {
         self.hist.saturating_record(ns.max(1));
+    }
+
+    /// HdrHistogram's corrected recording: also records the samples a
+    /// closed-loop client would have sent every `expected_interval_ns`
+    /// while this one waited. A model, not observations.
+    pub fn record_corrected(&mut self, ns: u64, expected_interval_ns: u64) {
+        let ns = ns.clamp(1, MAX_TRACKABLE_NS);
+        if self.hist.record_correct(ns, expected_interval_ns).is_err() {
+            self.record(ns);
+        }
     }
 
     /// Merges another distribution (percentiles are never averaged).

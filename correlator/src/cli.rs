@@ -93,6 +93,14 @@ pub enum Command {
     /// Test server: line protocol and HTTP, with periodic stalls.
     #[command(hide = true)]
     Testserver(TestServerArgs),
+    /// Benchmark helper: peak memory of the latency recorder over a long synthetic run.
+    #[command(hide = true)]
+    Memcheck {
+        #[arg(long, default_value_t = 50_000)]
+        rate: u64,
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+    },
 }
 
 /// Key-value operation for redis:// and memcache:// targets.
@@ -126,6 +134,10 @@ pub struct LoadArgs {
     /// (what most tools do; shown for comparison).
     #[arg(long)]
     pub closed_loop: bool,
+    /// Run the pacer thread SCHED_FIFO (root or CAP_SYS_NICE) so it keeps
+    /// the schedule on a busy machine; the readers stay at normal priority.
+    #[arg(long)]
+    pub rt_pacer: bool,
     /// redis/memcache operation.
     #[arg(long, value_enum, default_value = "ping")]
     pub op: Op,

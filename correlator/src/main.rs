@@ -71,6 +71,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Testserver(args) => loadgen::testserver::run(&args)?,
         Command::Load(args) => load(&args)?,
         Command::Latency(args) => latency(&args)?,
+        Command::Memcheck { rate, seconds } => {
+            let rec = loadgen::recorder::synthetic_run(rate, seconds);
+            println!(
+                "{} requests: peak RSS {} MiB ({} kept with exact timestamps, {} over the cap, {} time buckets)",
+                rec.phases[0].completed,
+                loadgen::recorder::peak_rss_kib().unwrap_or(0) / 1024,
+                rec.kept.len(),
+                rec.kept_over_cap,
+                rec.buckets.len()
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -94,6 +105,7 @@ fn load(args: &LoadArgs) -> Result<()> {
         connections: args.connections,
         timeout: args.timeout,
         closed_loop: args.closed_loop,
+        rt_pacer: args.rt_pacer,
     };
     let total_ms = args.duration.as_millis() as u64 * args.rate.len() as u64;
     let bar = (!args.quiet && !args.json && std::io::stderr().is_terminal()).then(|| {

@@ -11,6 +11,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_loadgen;
 
 #[derive(Parser)]
 #[command(name = "xtask")]

@@ -178,7 +178,7 @@ fn import_requests(opts: &ImportOptions, file: File) -> Result<Imported> {
             connection: 0,
             phase: 0,
         };
-        recorder.sent(0, 0, true);
+        recorder.sent(0, r.start, 0, true);
         recorder.answered(times, true, r.ok);
         if let (Some(m), Some(interval)) = (modelled.as_mut(), opts.expected_interval_ns) {
             m.record_corrected(r.end - r.start, interval);

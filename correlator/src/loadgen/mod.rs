@@ -48,6 +48,9 @@ pub struct LoadOptions {
     pub connections: usize,
     pub timeout: Duration,
     pub closed_loop: bool,
+    /// Run the pacer thread SCHED_FIFO so it wakes on time on a busy machine
+    /// (needs root or CAP_SYS_NICE).
+    pub rt_pacer: bool,
 }
 
 /// One request in flight on a connection.
@@ -73,6 +76,7 @@ struct Shared {
     stop: AtomicBool,
     /// Completed requests so far (for the progress display).
     completed: AtomicU64,
+    rt_refused: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -90,6 +94,8 @@ pub struct LoadResult {
     pub clock_read_ns: u64,
     /// Process CPU time of the generator over the run, in ns.
     pub cpu_ns: u64,
+    /// --rt-pacer was asked for but refused.
+    pub rt_refused: bool,
 }
 
 fn connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
@@ -113,6 +119,13 @@ pub fn clock_read_cost() -> u64 {
         .collect();
     d.sort_unstable();
     d[d.len() / 2]
+}
+
+/// Makes the calling thread SCHED_FIFO priority 10; false if not allowed.
+fn make_realtime() -> bool {
+    let param = libc::sched_param { sched_priority: 10 };
+    // SAFETY: pid 0 = the calling thread; valid param.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
 }
 
 fn set_timer_slack_1ns() {
@@ -197,6 +210,7 @@ pub fn run(opts: LoadOptions, progress: Option<&dyn Fn(u64, u64)>) -> Result<Loa
         opts,
         stop: AtomicBool::new(false),
         completed: AtomicU64::new(0),
+        rt_refused: AtomicBool::new(false),
     });
     let cpu_start = process_cpu_ns();
     if shared.opts.closed_loop {
@@ -207,6 +221,7 @@ pub fn run(opts: LoadOptions, progress: Option<&dyn Fn(u64, u64)>) -> Result<Loa
     let cpu_ns = process_cpu_ns() - cpu_start;
     let shared =
         Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("load threads still running"))?;
+    let rt_refused = shared.rt_refused.load(Ordering::Relaxed);
     let recorder = shared
         .recorder
         .into_inner()
@@ -219,6 +234,7 @@ pub fn run(opts: LoadOptions, progress: Option<&dyn Fn(u64, u64)>) -> Result<Loa
         recorder,
         clock_read_ns,
         cpu_ns,
+        rt_refused,
     })
 }
 
@@ -290,8 +306,17 @@ fn watch(shared: &Shared, windows: &[(u64, u64)], progress: Option<&dyn Fn(u64, 
 }
 
 /// Sends every request at its intended time, round-robin over connections.
+/// Send counts and slips are kept locally and merged at the end, so the
+/// pacer never waits for the recorder lock the readers use.
 fn pacer(shared: &Shared, conns: &[Arc<Conn>], windows: &[(u64, u64)]) {
     set_timer_slack_1ns();
+    if shared.opts.rt_pacer && !make_realtime() {
+        log::warn!(
+            "--rt-pacer: cannot make the pacer SCHED_FIFO (needs root or CAP_SYS_NICE); running it at normal priority"
+        );
+        shared.rt_refused.store(true, Ordering::Relaxed);
+    }
+    let mut local = Recorder::new(shared.opts.rates.len(), windows[0].0);
     let warmup = u64::try_from(shared.opts.warmup.as_nanos()).unwrap_or(0);
     let mut buf = Vec::with_capacity(256);
     let mut seq = 0u64;
@@ -307,7 +332,7 @@ fn pacer(shared: &Shared, conns: &[Arc<Conn>], windows: &[(u64, u64)]) {
             buf.clear();
             shared.opts.target.protocol.encode(seq, &mut buf);
             send(
-                shared,
+                &mut local,
                 conn,
                 &buf,
                 intended,
@@ -317,14 +342,22 @@ fn pacer(shared: &Shared, conns: &[Arc<Conn>], windows: &[(u64, u64)]) {
             seq += 1;
         }
     }
+    lock(&shared.recorder).merge_sends(&local);
 }
 
-fn send(shared: &Shared, conn: &Conn, request: &[u8], intended: u64, phase: u32, measured: bool) {
+fn send(
+    local: &mut Recorder,
+    conn: &Conn,
+    request: &[u8],
+    intended: u64,
+    phase: u32,
+    measured: bool,
+) {
     let mut writer = lock(&conn.writer);
     let sent = clock::monotonic_ns();
-    lock(&shared.recorder).sent(phase, sent.saturating_sub(intended), measured);
+    local.sent(phase, sent, sent.saturating_sub(intended), measured);
     let Some(stream) = writer.as_mut() else {
-        lock(&shared.recorder).failed(phase);
+        local.failed(phase);
         return;
     };
     let times = RequestTimes {
@@ -340,7 +373,7 @@ fn send(shared: &Shared, conn: &Conn, request: &[u8], intended: u64, phase: u32,
         // Unqueue it (only the pacer pushes, so it is the last entry) and
         // let the reader see the broken connection and reconnect.
         lock(&conn.inflight).pop_back();
-        lock(&shared.recorder).failed(phase);
+        local.failed(phase);
         let _ = stream.shutdown(std::net::Shutdown::Both);
         *writer = None;
     }
@@ -516,7 +549,12 @@ fn closed_loop_worker(shared: &Shared, conn: &Conn, windows: &[(u64, u64)]) {
             sleep_until(intended);
             let sent = clock::monotonic_ns();
             let measured = intended >= start + warmup;
-            lock(&shared.recorder).sent(phase as u32, sent.saturating_sub(intended), measured);
+            lock(&shared.recorder).sent(
+                phase as u32,
+                sent,
+                sent.saturating_sub(intended),
+                measured,
+            );
             if stream.is_none() {
                 stream = connect(shared.addr, opts.timeout).ok();
             }

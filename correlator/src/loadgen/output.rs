@@ -29,6 +29,8 @@ pub struct LoadJson {
     pub clock_read_ns: u64,
     /// CPU time the generator used, as a share of one core.
     pub generator_cpu_share: f64,
+    /// The pacer ran SCHED_FIFO.
+    pub rt_pacer: bool,
     pub phases: Vec<PhaseJson>,
 }
 
@@ -63,7 +65,10 @@ pub fn json(r: &LoadResult) -> LoadJson {
         .zip(&r.opts.rates)
         .zip(&r.phase_windows)
         .map(|((p, &rate), &(start, end))| {
-            let measured_s = ((end - start) as f64 / 1e9 - warmup_s).max(1e-9);
+            // Sends over the time they actually took: a late generator
+            // stretches the phase and offers less than asked.
+            let measured_start = start + (warmup_s * 1e9) as u64;
+            let measured_s = (p.last_sent_ns.max(end).saturating_sub(measured_start) as f64 / 1e9).max(1e-9);
             let slip = p.slip.summary();
             let slip_p99 = p.slip.histogram().value_at_quantile(0.99);
             let schedule_kept = r.opts.closed_loop || slip_p99 <= SLIP_P99_BOUND_NS;
@@ -122,6 +127,7 @@ pub fn json(r: &LoadResult) -> LoadJson {
         timeout_ns: u64::try_from(r.opts.timeout.as_nanos()).unwrap_or(u64::MAX),
         clock_read_ns: r.clock_read_ns,
         generator_cpu_share: r.cpu_ns as f64 / wall,
+        rt_pacer: r.opts.rt_pacer && !r.rt_refused,
         phases,
     }
 }

@@ -69,6 +69,8 @@ pub struct Phase {
     pub sent: u64,
     /// Sent after the warm-up (the achieved rate's numerator).
     pub sent_measured: u64,
+    /// Actual time of the last send (a late generator stretches the phase).
+    pub last_sent_ns: u64,
     pub completed: u64,
     pub timeouts: u64,
     pub errors: u64,
@@ -147,9 +149,22 @@ impl Recorder {
         self.phases[phase as usize].errors += 1;
     }
 
-    pub fn sent(&mut self, phase: u32, slip_ns: u64, measured: bool) {
+    /// Adds the send-side counts (sent, slip, send failures) of a recorder
+    /// the pacer kept on its own.
+    pub fn merge_sends(&mut self, other: &Recorder) {
+        for (p, o) in self.phases.iter_mut().zip(&other.phases) {
+            p.sent += o.sent;
+            p.sent_measured += o.sent_measured;
+            p.last_sent_ns = p.last_sent_ns.max(o.last_sent_ns);
+            p.errors += o.errors;
+            p.slip.merge(&o.slip);
+        }
+    }
+
+    pub fn sent(&mut self, phase: u32, sent_ns: u64, slip_ns: u64, measured: bool) {
         let p = &mut self.phases[phase as usize];
         p.sent += 1;
+        p.last_sent_ns = p.last_sent_ns.max(sent_ns);
         p.sent_measured += u64::from(measured);
         p.slip.record(slip_ns);
     }
@@ -225,4 +240,52 @@ impl Recorder {
         }
         std::mem::take(&mut self.intervals)
     }
+}
+
+/// Feeds `rate × seconds` synthetic requests (50 µs, with 1% 5 ms spikes)
+/// through a recorder, as a long run would, and returns it: the check that
+/// memory is bounded by run length, not by request count.
+pub fn synthetic_run(rate: u64, seconds: u64) -> Recorder {
+    let start = 1_000_000_000u64;
+    let interval = 1_000_000_000 / rate.max(1);
+    let mut rec = Recorder::new(1, start);
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for i in 0..rate * seconds {
+        // xorshift: a deterministic 1% of requests are slow.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let latency = if x.is_multiple_of(100) {
+            5_000_000
+        } else {
+            50_000 + x % 20_000
+        };
+        let intended = start + i * interval;
+        rec.sent(0, intended + 2_000, 2_000, true);
+        rec.answered(
+            RequestTimes {
+                intended_ns: intended,
+                sent_ns: intended + 2_000,
+                done_ns: intended + latency,
+                connection: (i % 8) as u32,
+                phase: 0,
+            },
+            true,
+            true,
+        );
+    }
+    rec
+}
+
+/// Peak resident memory of this process in KiB (VmHWM).
+pub fn peak_rss_kib() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }

@@ -50,6 +50,9 @@ pub struct Usage {
     pub majflt: i64,
     pub nvcsw: i64,
     pub nivcsw: i64,
+    /// User + system CPU time, µs.
+    #[serde(default)]
+    pub cpu_us: i64,
 }
 
 pub fn usage() -> Usage {
@@ -62,6 +65,9 @@ pub fn usage() -> Usage {
         majflt: ru.ru_majflt,
         nvcsw: ru.ru_nvcsw,
         nivcsw: ru.ru_nivcsw,
+        cpu_us: (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1_000_000
+            + ru.ru_utime.tv_usec
+            + ru.ru_stime.tv_usec,
     }
 }
 
@@ -69,6 +75,8 @@ pub fn usage() -> Usage {
 struct Report {
     before: Usage,
     after: Usage,
+    /// Wall time of the work, ns.
+    work_ns: u64,
 }
 
 pub fn run(args: &WorkloadArgs) -> Result<()> {
@@ -82,6 +90,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     let before = usage();
+    let started = Instant::now();
     if args.in_new_thread {
         let args = args.clone();
         std::thread::spawn(move || work(&args, major.as_ref(), page))
@@ -91,8 +100,16 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
         work(args, major.as_ref(), page)?;
     }
     let after = usage();
+    let work_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, &Report { before, after })?;
+    serde_json::to_writer(
+        &mut out,
+        &Report {
+            before,
+            after,
+            work_ns,
+        },
+    )?;
     writeln!(out)?;
     Ok(())
 }

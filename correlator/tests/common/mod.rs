@@ -76,11 +76,21 @@ impl Workload {
 
     /// Waits for exit; returns (rusage before, rusage after) it reported.
     pub fn finish(self) -> (Usage, Usage) {
+        let (before, after, _) = self.finish_timed();
+        (before, after)
+    }
+
+    /// As `finish`, plus the wall time of the work in ns.
+    pub fn finish_timed(self) -> (Usage, Usage, u64) {
         let out = self.child.wait_with_output().expect("workload output");
         assert!(out.status.success(), "workload failed: {:?}", out.status);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("workload json");
         let get = |k: &str| serde_json::from_value(v[k].clone()).expect("usage");
-        (get("before"), get("after"))
+        (
+            get("before"),
+            get("after"),
+            v["work_ns"].as_u64().expect("work_ns"),
+        )
     }
 }
 

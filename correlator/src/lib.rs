@@ -3,6 +3,7 @@
 //! Data flows one way: kernel ([`probes`]) → [`timeline`] → latency →
 //! analysis → report.
 
+pub mod analysis;
 pub mod cli;
 pub mod clock;
 pub mod doctor;

@@ -7,6 +7,7 @@
 //! - distributions are HdrHistograms (3 significant digits, 1 ns .. 1 h),
 //!   merged, never averaged.
 
+pub mod capture;
 pub mod import;
 
 use hdrhistogram::Histogram;
@@ -73,6 +74,11 @@ impl Distribution {
         if self.hist.record_correct(ns, expected_interval_ns).is_err() {
             self.record(ns);
         }
+    }
+
+    /// Records `count` samples of one value.
+    pub fn record_n(&mut self, ns: u64, count: u64) {
+        self.hist.saturating_record_n(ns.max(1), count);
     }
 
     /// Merges another distribution (percentiles are never averaged).

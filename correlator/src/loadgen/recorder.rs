@@ -8,7 +8,7 @@
 //! requests above a running threshold (and capped, with the overflow counted).
 
 use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::latency::Distribution;
 
@@ -23,7 +23,7 @@ pub const HLOG_INTERVAL_NS: u64 = 1_000_000_000;
 pub const MAX_KEPT_REQUESTS: usize = 4_000_000;
 
 /// One request's timestamps (CLOCK_MONOTONIC ns).
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestTimes {
     pub intended_ns: u64,
     pub sent_ns: u64,
@@ -45,7 +45,7 @@ impl RequestTimes {
 }
 
 /// Latency summary of one time bucket (by completion time).
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LatencyBucket {
     pub count: u32,
     pub max_ns: u64,

@@ -126,6 +126,9 @@ pub struct RunFile {
     pub overhead: Overhead,
     pub environment: Environment,
     pub notes: Vec<String>,
+    /// Request latency captured with the run (by `correlator run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<crate::latency::capture::LatencyCapture>,
 }
 
 /// Name of each counter slot in run files.
@@ -235,6 +238,7 @@ impl RunFile {
             overhead: c.overhead,
             environment: Environment::current(),
             notes,
+            latency: None,
         }
     }
 

@@ -1,0 +1,159 @@
+//! The spike signature, first step of the decision flow: periodic (regular
+//! period and size: timer-driven work), load-correlated (grows with load:
+//! queueing, contention), or sporadic (neither: faults, interrupts,
+//! preemption).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Episode, LatencyReport, MIN_EPISODES};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Signature {
+    Periodic,
+    LoadCorrelated,
+    Sporadic,
+    None,
+}
+
+pub struct SignatureResult {
+    pub signature: Signature,
+    pub period_ms: Option<f64>,
+    pub jitter_ms: Option<f64>,
+    pub evidence: String,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn signature(episodes: &[Episode], latency: &LatencyReport) -> SignatureResult {
+    let none = |evidence: String| SignatureResult {
+        signature: Signature::None,
+        period_ms: None,
+        jitter_ms: None,
+        evidence,
+    };
+    if latency.spikes == 0 {
+        return none("no request exceeded the spike threshold".into());
+    }
+    if let Some(load) = load_correlated(latency) {
+        // Checked before "too few episodes": a sweep can show growth even
+        // when the highest phase is one long episode.
+        if episodes.len() < MIN_EPISODES || periodic(episodes).is_none() {
+            return load;
+        }
+    }
+    if episodes.len() < MIN_EPISODES {
+        return none(format!(
+            "only {} episode(s) ({} spike requests): not enough episodes to tell",
+            episodes.len(),
+            latency.spikes
+        ));
+    }
+    if let Some(p) = periodic(episodes) {
+        return p;
+    }
+    if let Some(load) = load_correlated(latency) {
+        return load;
+    }
+    SignatureResult {
+        signature: Signature::Sporadic,
+        period_ms: None,
+        jitter_ms: None,
+        evidence: format!(
+            "{} episodes at irregular intervals, not growing with load",
+            episodes.len()
+        ),
+    }
+}
+
+/// Regular starts (≥ 80% of intervals within ±20% of the median) and
+/// similar sizes (peak latency within a factor of 3 of the median for ≥ 80%).
+fn periodic(episodes: &[Episode]) -> Option<SignatureResult> {
+    if episodes.len() < 4 {
+        return None;
+    }
+    let starts: Vec<f64> = episodes.iter().map(|e| e.window.start_ns as f64).collect();
+    let mut gaps: Vec<f64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    let period = median(&mut gaps.clone());
+    if period <= 0.0 {
+        return None;
+    }
+    let regular: Vec<f64> = gaps
+        .iter()
+        .copied()
+        .filter(|g| (g - period).abs() <= 0.2 * period)
+        .collect();
+    if (regular.len() as f64) < 0.8 * gaps.len() as f64 {
+        return None;
+    }
+    let mut peaks: Vec<f64> = episodes.iter().map(|e| e.window.peak_ns as f64).collect();
+    let peak = median(&mut peaks);
+    let similar = episodes
+        .iter()
+        .filter(|e| {
+            let p = e.window.peak_ns as f64;
+            p <= 3.0 * peak && p >= peak / 3.0
+        })
+        .count();
+    if (similar as f64) < 0.8 * episodes.len() as f64 {
+        return None;
+    }
+    let mean = regular.iter().sum::<f64>() / regular.len() as f64;
+    let jitter =
+        (regular.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / regular.len() as f64).sqrt();
+    gaps.clear();
+    Some(SignatureResult {
+        signature: Signature::Periodic,
+        period_ms: Some(period / 1e6),
+        jitter_ms: Some(jitter / 1e6),
+        evidence: format!(
+            "{} episodes every {:.1} ms (jitter {:.2} ms; {} of {} intervals within ±20%), peaks of similar size (median {:.2} ms)",
+            episodes.len(),
+            period / 1e6,
+            jitter / 1e6,
+            regular.len(),
+            starts.len() - 1,
+            peak / 1e6
+        ),
+    })
+}
+
+/// Spike fraction that grows with the offered rate across a sweep:
+/// non-decreasing phase to phase (10% tolerance) and the highest phase at
+/// least 3× the lowest (and ≥ 0.5% of its requests).
+fn load_correlated(latency: &LatencyReport) -> Option<SignatureResult> {
+    let phases: Vec<(f64, f64)> = latency
+        .phases
+        .iter()
+        .filter_map(|p| Some((p.rate?, p.spike_fraction)))
+        .collect();
+    if phases.len() < 2 || phases.windows(2).any(|w| w[1].0 <= w[0].0) {
+        return None;
+    }
+    let (first, last) = (phases[0].1, phases[phases.len() - 1].1);
+    let growing = phases.windows(2).all(|w| w[1].1 >= w[0].1 * 0.9);
+    if !(growing && last >= 3.0 * first && last >= 0.005) {
+        return None;
+    }
+    let steps: Vec<String> = phases
+        .iter()
+        .map(|(r, f)| format!("{:.2}% at {r:.0}/s", f * 100.0))
+        .collect();
+    Some(SignatureResult {
+        signature: Signature::LoadCorrelated,
+        period_ms: None,
+        jitter_ms: None,
+        evidence: format!(
+            "spike fraction grows with offered load: {}",
+            steps.join(", ")
+        ),
+    })
+}

@@ -1,0 +1,392 @@
+//! Deterministic synthetic timelines: one per signature and per cause, and
+//! the negative cases (no spikes, spikes without kernel excess, too few
+//! episodes).
+
+use std::collections::BTreeMap;
+
+use correlator_common::{Counter, NUM_COUNTERS};
+
+use super::*;
+use crate::{
+    latency::{
+        Distribution,
+        capture::{LatencyCapture, LatencyPhase, StoredDistribution},
+    },
+    loadgen::recorder::RequestTimes,
+    target::Target,
+    timeline::{
+        OffCpu,
+        runfile::{Durations, Environment, EventTotals, Losses, Overhead, RunFile, StopReason},
+    },
+};
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+const SHIFT: u32 = 19;
+const T0: u64 = 1_000 * MS;
+
+/// A synthetic run: a server answering in 50 µs at a fixed rate, with
+/// stalls and kernel events placed by the test.
+struct Synth {
+    buckets: BTreeMap<u64, [u64; NUM_COUNTERS]>,
+    offcpu: Vec<OffCpu>,
+    phases: Vec<(f64, u64, u64)>,
+    stalls: Vec<(u64, u64)>,
+    /// Extra per-phase service time that makes spikes grow with load.
+    phase_slow_every: Vec<u64>,
+}
+
+impl Synth {
+    fn new(rate: f64, seconds: u64) -> Self {
+        Self {
+            buckets: BTreeMap::new(),
+            offcpu: Vec::new(),
+            phases: vec![(rate, T0, T0 + seconds * 1_000 * MS)],
+            stalls: Vec::new(),
+            phase_slow_every: vec![0],
+        }
+    }
+
+    fn sweep(rates: &[f64], seconds: u64, slow_every: &[u64]) -> Self {
+        let phases = rates
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let start = T0 + i as u64 * seconds * 1_000 * MS;
+                (r, start, start + seconds * 1_000 * MS)
+            })
+            .collect();
+        Self {
+            buckets: BTreeMap::new(),
+            offcpu: Vec::new(),
+            phases,
+            stalls: Vec::new(),
+            phase_slow_every: slow_every.to_vec(),
+        }
+    }
+
+    fn stall(&mut self, at: u64, len: u64) {
+        self.stalls.push((at, len));
+    }
+
+    fn events(&mut self, at: u64, c: Counter, n: u64) {
+        self.buckets.entry(at >> SHIFT).or_insert([0; NUM_COUNTERS])[c as usize] += n;
+    }
+
+    /// Background events spread over the run: `per_s` per second.
+    fn background(&mut self, c: Counter, per_s: u64) {
+        let (start, end) = (self.phases[0].1, self.phases[self.phases.len() - 1].2);
+        let step = 1_000 * MS / per_s.max(1);
+        let mut t = start;
+        while t < end {
+            self.events(t, c, 1);
+            t += step;
+        }
+    }
+
+    fn off(
+        &mut self,
+        tid: u32,
+        start: u64,
+        runnable: u64,
+        blocked: u64,
+        preempted: bool,
+        by: &str,
+    ) {
+        self.offcpu.push(OffCpu {
+            tid,
+            tgid: 100,
+            preempted,
+            cpu_out: 0,
+            cpu_in: 0,
+            start_ns: start,
+            end_ns: start + runnable + blocked,
+            runnable_ns: runnable,
+            blocked_ns: blocked,
+            next_pid: 999,
+            next_comm: by.into(),
+        });
+    }
+
+    /// The serving thread's ordinary sleeps between requests.
+    fn ordinary_sleeps(&mut self, tid: u32) {
+        let (start, end) = (self.phases[0].1, self.phases[self.phases.len() - 1].2);
+        let mut t = start;
+        while t < end {
+            self.off(tid, t, 5 * US, 80 * US, false, "");
+            t += MS;
+        }
+    }
+
+    fn build(self) -> (RunFile, LatencyCapture) {
+        let mut requests = Vec::new();
+        let mut phases = Vec::new();
+        for (i, &(rate, start, end)) in self.phases.iter().enumerate() {
+            let mut d = Distribution::new();
+            let interval = (1e9 / rate) as u64;
+            let mut t = start;
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            while t < end {
+                let mut done = t + 50 * US;
+                for &(at, len) in &self.stalls {
+                    if t >= at && t < at + len {
+                        done = done.max(at + len + 50 * US);
+                    }
+                }
+                // Queueing-like slow requests at pseudo-random times.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let slow = self.phase_slow_every.get(i).copied().unwrap_or(0);
+                if slow > 0 && x.is_multiple_of(slow) {
+                    done = t + 3 * MS;
+                }
+                let r = RequestTimes {
+                    intended_ns: t,
+                    sent_ns: t,
+                    done_ns: done,
+                    connection: 0,
+                    phase: i as u32,
+                };
+                d.record(r.corrected());
+                if r.corrected() > 100 * US {
+                    requests.push(r);
+                }
+                t += interval;
+            }
+            phases.push(LatencyPhase {
+                rate: Some(rate),
+                start_ns: start,
+                end_ns: end,
+                sent: d.count(),
+                completed: d.count(),
+                timeouts: 0,
+                errors: 0,
+                corrected: StoredDistribution::from(&d),
+            });
+        }
+        let (start, end) = (self.phases[0].1, self.phases[self.phases.len() - 1].2);
+        let run = RunFile {
+            schema: crate::timeline::runfile::SCHEMA.into(),
+            correlator_version: "test".into(),
+            target: Target {
+                pid: 100,
+                comm: "server".into(),
+                cmdline: "server".into(),
+            },
+            follow_children: false,
+            started_ns: start - 10 * MS,
+            ended_ns: end + 10 * MS,
+            stop_reason: StopReason::Duration,
+            bucket_ns: 1 << SHIFT,
+            counter_names: Vec::new(),
+            buckets: self.buckets.into_iter().collect(),
+            offcpu: self.offcpu,
+            min_offcpu_record_ns: 50 * US,
+            totals: EventTotals::default(),
+            durations: Durations::default(),
+            irq_kinds: BTreeMap::new(),
+            softirq_vectors: BTreeMap::new(),
+            losses: Losses::default(),
+            overhead: Overhead::default(),
+            environment: Environment::default(),
+            notes: Vec::new(),
+            latency: None,
+        };
+        let lat = LatencyCapture {
+            source: "synthetic".into(),
+            phases,
+            requests,
+            requests_over_cap: 0,
+            bucket_shift: SHIFT,
+            bucket_origin: start >> SHIFT,
+            buckets: Vec::new(),
+        };
+        (run, lat)
+    }
+}
+
+fn run(s: Synth) -> Analysis {
+    let (run, lat) = s.build();
+    analyze(&run, &lat, &AnalysisOptions::default())
+}
+
+fn top(a: &Analysis) -> &str {
+    a.classification
+        .causes
+        .first()
+        .map_or("none", |c| c.cause.as_str())
+}
+
+/// Pseudo-random but fixed times for sporadic stalls.
+fn sporadic_times(n: usize, seconds: u64) -> Vec<u64> {
+    let mut x = 88_172_645_463_325_252u64;
+    let mut out: Vec<u64> = (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            T0 + 100 * MS + x % ((seconds * 1_000 - 200) * MS)
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+#[test]
+fn periodic_page_fault_bursts() {
+    let mut s = Synth::new(10_000.0, 5);
+    s.background(Counter::PageFaultsMinor, 20);
+    s.ordinary_sleeps(101);
+    for i in 0..10 {
+        let at = T0 + 250 * MS + i * 400 * MS;
+        s.stall(at, 20 * MS);
+        for k in 0..20 {
+            s.events(at + k * MS, Counter::PageFaultsMinor, 700);
+        }
+    }
+    let a = run(s);
+    assert_eq!(a.episodes.len(), 10);
+    assert_eq!(
+        a.classification.signature,
+        Signature::Periodic,
+        "{}",
+        a.classification.evidence
+    );
+    let period = a.classification.period_ms.expect("period");
+    assert!((395.0..=405.0).contains(&period), "{period}");
+    assert_eq!(top(&a), "page_faults", "{:#?}", a.classification.causes);
+}
+
+#[test]
+fn sporadic_preemption_names_the_task() {
+    let mut s = Synth::new(10_000.0, 5);
+    s.ordinary_sleeps(101);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 15 * MS);
+        s.off(101, at, 15 * MS, 0, true, "hog");
+    }
+    let a = run(s);
+    assert_eq!(
+        a.classification.signature,
+        Signature::Sporadic,
+        "{}",
+        a.classification.evidence
+    );
+    assert_eq!(top(&a), "preemption", "{:#?}", a.classification.causes);
+    assert!(a.classification.causes[0].evidence.contains("hog"));
+    assert!(a.episodes.iter().all(|e| e.account.explained_share > 0.5));
+}
+
+#[test]
+fn sporadic_blocking() {
+    let mut s = Synth::new(10_000.0, 5);
+    s.ordinary_sleeps(101);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 12 * MS);
+        s.off(101, at, 30 * US, 12 * MS, false, "");
+    }
+    let a = run(s);
+    assert_eq!(top(&a), "blocking", "{:#?}", a.classification.causes);
+}
+
+#[test]
+fn softirq_and_hardirq_time() {
+    let mut s = Synth::new(10_000.0, 5);
+    s.background(Counter::SoftIrqs, 100);
+    s.background(Counter::SoftIrqNs, 100);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 4 * MS);
+        for k in 0..4 {
+            s.events(at + k * MS, Counter::SoftIrqs, 20);
+            s.events(at + k * MS, Counter::SoftIrqNs, 900 * US);
+        }
+    }
+    let a = run(s);
+    assert_eq!(top(&a), "softirq", "{:#?}", a.classification.causes);
+
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 4 * MS);
+        for k in 0..4 {
+            s.events(at + k * MS, Counter::HardIrqs, 5);
+            s.events(at + k * MS, Counter::HardIrqNs, 900 * US);
+        }
+    }
+    assert_eq!(top(&run(s)), "hardirq");
+}
+
+#[test]
+fn major_faults_and_migrations() {
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 5 * MS);
+        s.events(at, Counter::PageFaultsMajor, 40);
+    }
+    assert_eq!(top(&run(s)), "major_faults");
+
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 2 * MS);
+        s.events(at, Counter::Migrations, 60);
+    }
+    assert_eq!(top(&run(s)), "migrations");
+}
+
+#[test]
+fn spikes_without_kernel_excess_are_on_cpu() {
+    let mut s = Synth::new(10_000.0, 5);
+    s.background(Counter::PageFaultsMinor, 200);
+    s.ordinary_sleeps(101);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 10 * MS);
+    }
+    let a = run(s);
+    assert_eq!(top(&a), "on_cpu", "{:#?}", a.classification.causes);
+    assert!(
+        a.classification
+            .causes
+            .iter()
+            .all(|c| c.cause == "on_cpu" || c.score < 0.1)
+    );
+}
+
+#[test]
+fn load_correlated_is_queueing() {
+    // Spikes: 0.1% of requests at 2k/s, 1% at 4k/s, 5% at 8k/s.
+    let s = Synth::sweep(&[2_000.0, 4_000.0, 8_000.0], 3, &[1_000, 100, 20]);
+    let a = run(s);
+    assert_eq!(
+        a.classification.signature,
+        Signature::LoadCorrelated,
+        "{}",
+        a.classification.evidence
+    );
+    assert_eq!(top(&a), "queueing", "{:#?}", a.classification.causes);
+}
+
+#[test]
+fn no_spikes_no_cause() {
+    let mut s = Synth::new(10_000.0, 3);
+    s.background(Counter::PageFaultsMinor, 1_000);
+    let a = run(s);
+    assert!(a.episodes.is_empty());
+    assert_eq!(a.classification.signature, Signature::None);
+    assert!(a.classification.causes.is_empty());
+}
+
+#[test]
+fn too_few_episodes_to_tell() {
+    let mut s = Synth::new(10_000.0, 3);
+    s.stall(T0 + 500 * MS, 10 * MS);
+    s.stall(T0 + 1_700 * MS, 10 * MS);
+    let a = run(s);
+    assert_eq!(a.episodes.len(), 2);
+    assert_eq!(a.classification.signature, Signature::None);
+    assert!(
+        a.classification.evidence.contains("not enough episodes"),
+        "{}",
+        a.classification.evidence
+    );
+    assert!(a.classification.causes.is_empty());
+}

@@ -166,6 +166,8 @@ pub struct Config {
     /// BTF tracepoints and read these fields directly).
     pub task_pid_offset: u64,
     pub task_comm_offset: u64,
+    /// `task->thread_info.cpu`: the CPU a woken task was queued on.
+    pub task_cpu_offset: u64,
 }
 
 /// Slots of the direct-mapped thread table (`tid % THREAD_SLOTS`).
@@ -192,8 +194,16 @@ pub struct ThreadState {
     /// When the blocked thread was woken (0 = not yet).
     pub wakeup_ts: u64,
     pub cpu_out: u32,
+    /// While preempted: the task that has run longest on `cpu_out` since
+    /// (the one that really took the CPU, not just the first to run).
     pub next_pid: u32,
     pub next_comm: [u8; 16],
+    /// How long `next_pid` ran in one go.
+    pub next_ran_ns: u64,
+    /// CPU whose run queue the thread waits on while runnable (where it was
+    /// preempted, or where its wakeup put it).
+    pub wait_cpu: u32,
+    pub _pad: u32,
 }
 
 /// Per-CPU state for IRQ attribution and duration measurement.
@@ -202,7 +212,10 @@ pub struct ThreadState {
 pub struct CpuState {
     /// Target thread running on this CPU now, 0 if none.
     pub target_tid: u32,
-    pub _pad: u32,
+    /// Target thread preempted on this CPU and still waiting, 0 if none.
+    pub waiting_tid: u32,
+    /// Last context switch on this CPU while `waiting_tid` waits.
+    pub last_switch_ts: u64,
     /// Entry time of the hard IRQ in progress (0 = none or not attributed).
     pub hardirq_start: u64,
     /// Entry time of the softirq in progress (0 = none or not attributed).

@@ -43,6 +43,7 @@ static CONFIG: Global<Config> = Global::new(Config {
     min_offcpu_record_ns: 50_000,
     task_pid_offset: 0,
     task_comm_offset: 0,
+    task_cpu_offset: 0,
 });
 
 /// Ring of time buckets, per CPU.
@@ -110,6 +111,14 @@ fn task_pid(task: *const u8) -> u32 {
     let offset = CONFIG.load().task_pid_offset as usize;
     // SAFETY: `task` is a task_struct pointer from the tracepoint's
     // arguments; the verifier checks the access.
+    unsafe { *task.add(offset).cast::<u32>() }
+}
+
+/// `task->thread_info.cpu`, a direct load like `task_pid`.
+#[inline(always)]
+fn task_cpu(task: *const u8) -> u32 {
+    let offset = CONFIG.load().task_cpu_offset as usize;
+    // SAFETY: as for `task_pid`.
     unsafe { *task.add(offset).cast::<u32>() }
 }
 
@@ -276,11 +285,20 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let prev_is_target = prev_pid != 0 && is_target_tgid(tgid);
     let next = thread(next_pid);
     // SAFETY: per-CPU value; sched_switch runs with IRQs off.
-    unsafe { (*cpu).target_tid = if next.is_some() { next_pid } else { 0 } };
-    if !prev_is_target && next.is_none() {
+    let waiting = unsafe {
+        (*cpu).target_tid = if next.is_some() { next_pid } else { 0 };
+        (*cpu).waiting_tid
+    };
+    if !prev_is_target && next.is_none() && waiting == 0 {
         return 0;
     }
     let ts = now();
+    if waiting != 0 {
+        note_runner(cpu, waiting, prev_pid, ts);
+    }
+    if !prev_is_target && next.is_none() {
+        return 0;
+    }
     let Some(sink) = Sink::at(ts, cpu) else {
         return 0;
     };
@@ -302,6 +320,36 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         switch_in(&sink, unsafe { &mut *next }, ts);
     }
     0
+}
+
+/// A target thread waits runnable on this CPU: `prev` just ended a slice
+/// there. Remember the task that ran longest in one go, which is the one
+/// that took the CPU (the first to run after the preemption is often only a
+/// short wakeup).
+#[inline(always)]
+fn note_runner(cpu: *mut CpuState, waiting: u32, prev_pid: u32, ts: u64) {
+    // SAFETY: per-CPU value and map values; IRQs are off in sched_switch.
+    unsafe {
+        let Some(w) = thread(waiting) else {
+            (*cpu).waiting_tid = 0;
+            return;
+        };
+        // Runnable: preempted, or blocked and since woken. Back on a CPU, or
+        // waiting on another one now: stop watching here.
+        let runnable = (*w).off_kind == OffCpuKind::Preempted as u32
+            || ((*w).off_kind == OffCpuKind::Blocked as u32 && (*w).wakeup_ts != 0);
+        if !runnable || (*w).wait_cpu != cpu_id() {
+            (*cpu).waiting_tid = 0;
+            return;
+        }
+        let ran = ts.saturating_sub((*cpu).last_switch_ts);
+        if prev_pid != waiting && ran > (*w).next_ran_ns {
+            (*w).next_ran_ns = ran;
+            (*w).next_pid = prev_pid;
+            (*w).next_comm = aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0; 16]);
+        }
+        (*cpu).last_switch_ts = ts;
+    }
 }
 
 /// What sched_switch tells about the thread leaving the CPU.
@@ -397,16 +445,38 @@ fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64, blocked: u
     }
 }
 
-/// Marks the blocked → runnable edge of a target thread. sched_wakeup(task *p)
+/// Marks the blocked → runnable edge of a target thread, and starts
+/// watching who runs on the CPU it was queued on until it runs.
+/// sched_wakeup(task *p)
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
-    let pid = task_pid(arg(&ctx, 0));
-    if let Some(st) = thread(pid) {
-        // SAFETY: map value.
-        unsafe {
-            if (*st).off_kind == OffCpuKind::Blocked as u32 && (*st).wakeup_ts == 0 {
-                (*st).wakeup_ts = now();
-            }
+    let task: *const u8 = arg(&ctx, 0);
+    let pid = task_pid(task);
+    let Some(st) = thread(pid) else { return 0 };
+    // SAFETY: map value.
+    unsafe {
+        if (*st).off_kind != OffCpuKind::Blocked as u32 || (*st).wakeup_ts != 0 {
+            return 0;
+        }
+        let ts = now();
+        let cpu = task_cpu(task);
+        (*st).wakeup_ts = ts;
+        (*st).wait_cpu = cpu;
+        (*st).next_pid = 0;
+        (*st).next_ran_ns = 0;
+        (*st).next_comm = [0; 16];
+        // The queue's CPU state, written from the waking CPU: a race with
+        // that CPU's sched_switch can only misattribute who ran, never a count.
+        let key = 0u32;
+        let remote = aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem(
+            (&raw const CPUS).cast_mut().cast(),
+            (&raw const key).cast(),
+            cpu,
+        )
+        .cast::<CpuState>();
+        if !remote.is_null() {
+            (*remote).waiting_tid = pid;
+            (*remote).last_switch_ts = ts;
         }
     }
     0

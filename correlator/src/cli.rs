@@ -76,6 +76,26 @@ pub enum Command {
                       memcache://host:port (text protocol), tcp://host:port (one line out, one back)."
     )]
     Load(LoadArgs),
+    /// Attach, drive the load, and report why the tail spikes: all in one.
+    #[command(
+        long_about = "Attaches the probes to --pid, drives open-loop load at --load, lines the \
+                      request latencies up with the kernel events on one clock, classifies the \
+                      spikes (periodic / load-correlated / sporadic) and ranks their likely causes \
+                      with evidence and the experiment that would confirm each. Prints a summary; \
+                      --out/--html/--perfetto write the report views. Needs root (or CAP_BPF + CAP_PERFMON)."
+    )]
+    Run(RunArgs),
+    /// Redo the analysis of a saved run (optionally with an imported latency log).
+    Report(ReportArgs),
+    /// Merge the latency of several runs (histograms merged, never percentiles averaged).
+    Merge {
+        /// Run files with latency (from `correlator run`).
+        #[arg(required = true, num_args = 2..)]
+        runs: Vec<PathBuf>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Summarise latency captured elsewhere: per-request CSV / JSON lines, or an .hlog.
     #[command(
         long_about = "Reads a per-request latency log (CSV or JSON lines with start_ns and end_ns, \
@@ -93,6 +113,12 @@ pub enum Command {
     /// Test server: line protocol and HTTP, with periodic stalls.
     #[command(hide = true)]
     Testserver(TestServerArgs),
+    /// The demo server with a switchable latency cause.
+    #[command(hide = true)]
+    DemoServer(crate::demo::server::DemoServerArgs),
+    /// A CPU-bound neighbour in random bursts, pinned to one CPU.
+    #[command(hide = true)]
+    DemoHog(crate::demo::hog::HogArgs),
     /// Benchmark helper: peak memory of the latency recorder over a long synthetic run.
     #[command(hide = true)]
     Memcheck {
@@ -111,10 +137,9 @@ pub enum Op {
     Set,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct LoadArgs {
-    /// Target URL: http://, redis://, memcache:// or tcp:// (loopback or your own namespaces).
-    pub url: String,
+/// How to drive the load (shared by `load` and `run`).
+#[derive(Clone, Debug, clap::Args)]
+pub struct LoadSpec {
     /// Requests per second; a list (2000,4000,8000) runs a sweep of phases back to back.
     #[arg(long, short, value_delimiter = ',', required = true)]
     pub rate: Vec<f64>,
@@ -138,6 +163,10 @@ pub struct LoadArgs {
     /// the schedule on a busy machine; the readers stay at normal priority.
     #[arg(long)]
     pub rt_pacer: bool,
+    /// CPUs for the generator's threads, e.g. 0 or 0-3 (`run` default: the
+    /// CPUs the server may not use, when there are any).
+    #[arg(long)]
+    pub load_cpus: Option<String>,
     /// redis/memcache operation.
     #[arg(long, value_enum, default_value = "ping")]
     pub op: Op,
@@ -147,6 +176,14 @@ pub struct LoadArgs {
     /// Value size for set, in bytes.
     #[arg(long, default_value_t = 64)]
     pub value_size: usize,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    /// Target URL: http://, redis://, memcache:// or tcp:// (loopback or your own namespaces).
+    pub url: String,
+    #[command(flatten)]
+    pub spec: LoadSpec,
     /// Print JSON (schema correlator.load/v1) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -156,6 +193,64 @@ pub struct LoadArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// Where the report goes (shared by `run` and `report`).
+#[derive(Clone, Debug, clap::Args)]
+pub struct ReportOutputs {
+    /// Report JSON (schema correlator.report/v1).
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    /// Self-contained HTML report with plots.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// Chrome/Perfetto trace JSON (open in ui.perfetto.dev).
+    #[arg(long)]
+    pub perfetto: Option<PathBuf>,
+    /// Spike threshold (default: max(5 × p50, p50 + 1 ms)).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub slo: Option<Duration>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Server process to watch.
+    #[arg(long, short)]
+    pub pid: u32,
+    /// Load target URL (http://, redis://, memcache://, tcp://).
+    #[arg(long)]
+    pub load: String,
+    #[command(flatten)]
+    pub spec: LoadSpec,
+    #[command(flatten)]
+    pub outputs: ReportOutputs,
+    /// Save the raw run (kernel timeline + latency) for `correlator report`
+    /// (default: next to --out as .run, or correlator.run).
+    #[arg(long)]
+    pub run_file: Option<PathBuf>,
+    /// Also watch processes the server forks.
+    #[arg(long)]
+    pub follow_children: bool,
+    /// Off-CPU intervals at least this long get their own record.
+    #[arg(long, default_value = "50us", value_parser = humantime::parse_duration)]
+    pub min_offcpu: Duration,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// Run file written by `correlator run` (or `record`, with --latency-log).
+    pub run_file: PathBuf,
+    /// Latency captured at the same time elsewhere (.csv, .jsonl, .hlog).
+    #[arg(long)]
+    pub latency_log: Option<PathBuf>,
+    /// Clock of the timestamps in --latency-log.
+    #[arg(long, value_enum, default_value = "monotonic")]
+    pub clock: crate::latency::import::Clock,
+    #[command(flatten)]
+    pub outputs: ReportOutputs,
 }
 
 #[derive(Debug, clap::Args)]

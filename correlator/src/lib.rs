@@ -6,11 +6,14 @@
 pub mod analysis;
 pub mod cli;
 pub mod clock;
+pub mod demo;
 pub mod doctor;
 pub mod latency;
 pub mod loadgen;
 pub mod probes;
 pub mod record;
+pub mod report;
+pub mod run;
 pub mod summary;
 pub mod target;
 pub mod timeline;

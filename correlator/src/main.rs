@@ -3,7 +3,7 @@ use std::{io::IsTerminal as _, process::ExitCode};
 use anyhow::Result;
 use clap::Parser as _;
 use correlator::{
-    cli::{Cli, Command, LatencyArgs, LoadArgs, Op},
+    cli::{Cli, Command, LatencyArgs, LoadArgs, LoadSpec, Op, ReportArgs, ReportOutputs, RunArgs},
     doctor, loadgen,
     probes::ProbeConfig,
     record::{self, RecordOptions},
@@ -69,8 +69,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Workload(args) => workload::run(&args)?,
         Command::Testserver(args) => loadgen::testserver::run(&args)?,
+        Command::DemoServer(args) => correlator::demo::server::run(&args)?,
+        Command::DemoHog(args) => correlator::demo::hog::run(&args)?,
         Command::Load(args) => load(&args)?,
         Command::Latency(args) => latency(&args)?,
+        Command::Run(args) => run_cmd(&args)?,
+        Command::Report(args) => report_cmd(&args)?,
+        Command::Merge { runs, json } => merge_cmd(&runs, json)?,
         Command::Memcheck { rate, seconds } => {
             let rec = loadgen::recorder::synthetic_run(rate, seconds);
             println!(
@@ -86,28 +91,39 @@ fn run(cli: Cli) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn load(args: &LoadArgs) -> Result<()> {
+fn load_options(url: &str, spec: &LoadSpec) -> Result<loadgen::LoadOptions> {
     use loadgen::protocol::{KvOp, Target};
-    let op = match args.op {
+    let op = match spec.op {
         Op::Ping => KvOp::Ping,
-        Op::Get => KvOp::Get { keys: args.keys },
+        Op::Get => KvOp::Get { keys: spec.keys },
         Op::Set => KvOp::Set {
-            keys: args.keys,
-            value_size: args.value_size,
+            keys: spec.keys,
+            value_size: spec.value_size,
         },
     };
-    let opts = loadgen::LoadOptions {
-        url: args.url.clone(),
-        target: Target::parse(&args.url, &op)?,
-        rates: args.rate.clone(),
-        duration: args.duration,
-        warmup: args.warmup,
-        connections: args.connections,
-        timeout: args.timeout,
-        closed_loop: args.closed_loop,
-        rt_pacer: args.rt_pacer,
-    };
-    let total_ms = args.duration.as_millis() as u64 * args.rate.len() as u64;
+    Ok(loadgen::LoadOptions {
+        url: url.to_string(),
+        target: Target::parse(url, &op)?,
+        rates: spec.rate.clone(),
+        duration: spec.duration,
+        warmup: spec.warmup,
+        connections: spec.connections,
+        timeout: spec.timeout,
+        closed_loop: spec.closed_loop,
+        rt_pacer: spec.rt_pacer,
+        cancel: std::sync::Arc::default(),
+        cpus: match &spec.load_cpus {
+            Some(list) => Some(correlator::workload::parse_cpu_list(list).ok_or_else(|| {
+                anyhow::anyhow!("--load-cpus {list:?}: expected a CPU list like 0 or 0-3,6")
+            })?),
+            None => None,
+        },
+    })
+}
+
+fn load(args: &LoadArgs) -> Result<()> {
+    let opts = load_options(&args.url, &args.spec)?;
+    let total_ms = args.spec.duration.as_millis() as u64 * args.spec.rate.len() as u64;
     let bar = (!args.quiet && !args.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(total_ms);
         if let Ok(style) =
@@ -117,10 +133,12 @@ fn load(args: &LoadArgs) -> Result<()> {
         }
         bar
     });
-    let report = |elapsed_ns: u64, completed: u64| {
+    let report = |elapsed_ns: u64, completed: u64, slow: u64| {
         if let Some(bar) = &bar {
             bar.set_position(elapsed_ns / 1_000_000);
-            bar.set_message(format!("{completed} requests completed"));
+            bar.set_message(format!(
+                "{completed} requests completed, {slow} slower than 1 ms"
+            ));
         }
     };
     let mut result = loadgen::run(opts, Some(&report))?;
@@ -191,6 +209,134 @@ fn latency(args: &LatencyArgs) -> Result<()> {
         for n in &imported.notes {
             println!("  note: {n}");
         }
+    }
+    Ok(())
+}
+
+fn outputs(o: &ReportOutputs, run_file: Option<std::path::PathBuf>) -> correlator::run::Outputs {
+    correlator::run::Outputs {
+        json: o.out.clone(),
+        html: o.html.clone(),
+        perfetto: o.perfetto.clone(),
+        run_file,
+    }
+}
+
+fn analysis_options(o: &ReportOutputs) -> correlator::analysis::AnalysisOptions {
+    correlator::analysis::AnalysisOptions {
+        slo_ns: o
+            .slo
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+    }
+}
+
+fn run_cmd(args: &RunArgs) -> Result<()> {
+    let run_file = args.run_file.clone().or_else(|| {
+        Some(
+            args.outputs
+                .out
+                .as_ref()
+                .map_or_else(|| "correlator.run".into(), |o| o.with_extension("run")),
+        )
+    });
+    let out = outputs(&args.outputs, run_file);
+    let mut load = load_options(&args.load, &args.spec)?;
+    if load.cpus.is_none() {
+        load.cpus = correlator::run::cpus_away_from(args.pid);
+    }
+    let opts = correlator::run::RunOptions {
+        pid: args.pid,
+        load,
+        probes: ProbeConfig {
+            follow_children: args.follow_children,
+            min_offcpu_record: args.min_offcpu,
+            ..ProbeConfig::default()
+        },
+        analysis: analysis_options(&args.outputs),
+        outputs: out.clone(),
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+    };
+    let (_, report) = correlator::run::run(opts)?;
+    correlator::run::print_summary(&report, &out);
+    Ok(())
+}
+
+fn report_cmd(args: &ReportArgs) -> Result<()> {
+    use correlator::latency::{capture::LatencyCapture, import};
+    let mut run = RunFile::load(&args.run_file)?;
+    if let Some(log) = &args.latency_log {
+        let Some(format) = import::Format::from_path(log) else {
+            anyhow::bail!(
+                "{}: cannot tell the format from the name (.csv, .jsonl, .hlog)",
+                log.display()
+            );
+        };
+        if format == import::Format::Hlog {
+            anyhow::bail!(
+                "{}: an .hlog has no per-request timestamps to line up with kernel events; use a CSV or JSON-lines log",
+                log.display()
+            );
+        }
+        let imported = import::import(&import::ImportOptions {
+            path: log.clone(),
+            format,
+            clock: args.clock,
+            expected_interval_ns: None,
+        })?;
+        let (start, end) = (run.started_ns, run.ended_ns);
+        run.latency = Some(LatencyCapture::from_recorder(
+            format!("imported {}", log.display()),
+            &imported.recorder,
+            &[(start, end, None)],
+        ));
+    }
+    let Some(latency) = run.latency.clone() else {
+        anyhow::bail!(
+            "{} has no latency (recorded with `correlator record`?); pass --latency-log FILE captured at the same time",
+            args.run_file.display()
+        );
+    };
+    let report =
+        correlator::report::Report::build(&run, &latency, &analysis_options(&args.outputs));
+    let out = outputs(&args.outputs, None);
+    correlator::run::write_outputs(&run, &report, &out)?;
+    correlator::run::print_summary(&report, &out);
+    Ok(())
+}
+
+fn merge_cmd(runs: &[std::path::PathBuf], json: bool) -> Result<()> {
+    use correlator::latency::{Distribution, table};
+    let mut merged = Distribution::new();
+    let mut sources = Vec::new();
+    for path in runs {
+        let run = RunFile::load(path)?;
+        let Some(latency) = &run.latency else {
+            anyhow::bail!(
+                "{} has no latency to merge (written by `correlator run`?)",
+                path.display()
+            );
+        };
+        merged.merge(&latency.merged());
+        sources.push(format!(
+            "{} (PID {} {})",
+            path.display(),
+            run.target.pid,
+            run.target.comm
+        ));
+    }
+    let summary = merged.summary();
+    if json {
+        let v = serde_json::json!({"schema": "correlator.merge/v1", "runs": sources, "latency": summary});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "merged latency of {} runs (histograms merged, not percentiles averaged):",
+            runs.len()
+        );
+        for s in &sources {
+            println!("  {s}");
+        }
+        print!("{}", table("latency from the intended send time", &summary));
     }
     Ok(())
 }

@@ -2,7 +2,14 @@
 //! ends, Ctrl-C / SIGTERM, or the target exits, and write a run file.
 //! Whatever stops the run, what was captured is written.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result};
 use correlator_common::Counter;
@@ -34,31 +41,69 @@ pub struct RecordOptions {
 /// Records and writes the run file; returns it.
 pub fn record(opts: &RecordOptions) -> Result<RunFile> {
     let target = Target::from_pid(opts.pid)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let capture = runtime.block_on(capture(target, opts))?;
+    let bar = opts.progress.then(|| progress_bar(opts.duration));
+    let capture = block_on(capture(
+        target,
+        &opts.probes,
+        Session {
+            duration: opts.duration,
+            done: None,
+            bar,
+            message: &event_message,
+        },
+        || {},
+    ))??;
     let run = RunFile::from_capture(capture);
     run.save(&opts.out)?;
     Ok(run)
 }
 
-async fn capture(target: Target, opts: &RecordOptions) -> Result<Capture> {
+pub fn block_on<F: Future>(f: F) -> Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    Ok(runtime.block_on(f))
+}
+
+/// When and how a capture ends, and what it shows while it runs.
+pub struct Session<'a> {
+    pub duration: Duration,
+    /// Set by someone else (the load generator) when the run is complete.
+    pub done: Option<Arc<AtomicBool>>,
+    pub bar: Option<ProgressBar>,
+    pub message: &'a dyn Fn(&Timeline) -> String,
+}
+
+/// Attaches, calls `attached`, then drains every 100 ms until the session
+/// ends, the process exits, or SIGINT / SIGTERM; detaches and returns
+/// everything captured.
+pub async fn capture(
+    target: Target,
+    cfg: &ProbeConfig,
+    session: Session<'_>,
+    attached: impl FnOnce(),
+) -> Result<Capture> {
     let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut probes = Probes::attach(&target, &opts.probes)?;
+    let mut probes = Probes::attach(&target, cfg)?;
     let started_ns = clock::monotonic_ns();
-    let mut timeline = Timeline::new(probes.bucket_ns(), opts.probes.max_records);
+    let mut timeline = Timeline::new(probes.bucket_ns(), cfg.max_records);
     eprintln!(
         "correlator: attached to PID {} ({}); recording for {} (Ctrl-C stops early)",
         target.pid,
         target.comm,
-        humantime::format_duration(opts.duration)
+        humantime::format_duration(session.duration)
     );
-    let bar = progress_bar(opts);
-    let deadline = tokio::time::Instant::now() + opts.duration;
+    attached();
+    let deadline = tokio::time::Instant::now() + session.duration;
     let mut tick = tokio::time::interval(DRAIN_EVERY);
+    let done = || {
+        session
+            .done
+            .as_ref()
+            .is_some_and(|d| d.load(Ordering::Relaxed))
+    };
     let stop_reason = loop {
         tokio::select! {
             _ = sigint.recv() => break StopReason::Interrupted,
@@ -69,29 +114,31 @@ async fn capture(target: Target, opts: &RecordOptions) -> Result<Capture> {
                 if !target.is_alive() {
                     break StopReason::TargetExited;
                 }
-                if let Some(bar) = &bar {
+                if done() {
+                    break StopReason::Duration;
+                }
+                if let Some(bar) = &session.bar {
                     bar.set_position(clock::monotonic_ns().saturating_sub(started_ns) / 1_000_000);
-                    bar.set_message(progress_message(&timeline));
+                    bar.set_message((session.message)(&timeline));
                 }
             }
         }
     };
     let ended_ns = clock::monotonic_ns();
-    if let Some(bar) = bar {
+    if let Some(bar) = session.bar {
         bar.finish_and_clear();
     }
     let stats_enabled = probes.stats_enabled();
     let (programs, kernel) = probes.finish(&mut timeline)?;
     let mut notes = Vec::new();
+    let secs = (ended_ns - started_ns) as f64 / 1e9;
     match stop_reason {
         StopReason::TargetExited => notes.push(format!(
-            "the target exited after {:.1} s; the run covers its life until then",
-            (ended_ns - started_ns) as f64 / 1e9
+            "the target exited after {secs:.1} s; the run covers its life until then"
         )),
-        StopReason::Interrupted => notes.push(format!(
-            "recording was interrupted after {:.1} s",
-            (ended_ns - started_ns) as f64 / 1e9
-        )),
+        StopReason::Interrupted => {
+            notes.push(format!("recording was interrupted after {secs:.1} s"))
+        }
         StopReason::Duration => {}
     }
     if !stats_enabled {
@@ -99,12 +146,11 @@ async fn capture(target: Target, opts: &RecordOptions) -> Result<Capture> {
     }
     Ok(Capture {
         target,
-        follow_children: opts.probes.follow_children,
+        follow_children: cfg.follow_children,
         started_ns,
         ended_ns,
         stop_reason,
-        min_offcpu_record_ns: u64::try_from(opts.probes.min_offcpu_record.as_nanos())
-            .unwrap_or(u64::MAX),
+        min_offcpu_record_ns: u64::try_from(cfg.min_offcpu_record.as_nanos()).unwrap_or(u64::MAX),
         timeline,
         kernel,
         overhead: Overhead {
@@ -115,19 +161,18 @@ async fn capture(target: Target, opts: &RecordOptions) -> Result<Capture> {
     })
 }
 
-fn progress_bar(opts: &RecordOptions) -> Option<ProgressBar> {
-    if !opts.progress {
-        return None;
-    }
-    let total_ms = u64::try_from(opts.duration.as_millis()).unwrap_or(u64::MAX);
+pub fn progress_bar(duration: Duration) -> ProgressBar {
+    let total_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
     let bar = ProgressBar::new(total_ms);
-    let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    bar.set_style(style);
-    Some(bar)
+    if let Ok(style) = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
 }
 
-fn progress_message(timeline: &Timeline) -> String {
+/// Progress line: kernel events so far.
+pub fn event_message(timeline: &Timeline) -> String {
     let sum = timeline.sum();
     let at = |c: Counter| sum[c as usize];
     format!(

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
 /// A live user-space process.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Target {
     pub pid: u32,
     pub comm: String,
@@ -65,6 +65,15 @@ impl Target {
     /// Whether the process still runs (exists and is not a zombie).
     pub fn is_alive(&self) -> bool {
         is_alive(self.pid)
+    }
+
+    /// CPUs the process may run on (its main thread's affinity).
+    pub fn allowed_cpus(&self) -> Option<Vec<usize>> {
+        let status = fs::read_to_string(proc_path(self.pid).join("status")).ok()?;
+        let list = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+        crate::workload::parse_cpu_list(list)
     }
 
     /// (tgid, tid) of every thread of the target, and with `children` of

@@ -235,19 +235,53 @@ fn read_evicted(m: &MajorFile, page: usize) -> Result<()> {
     Ok(())
 }
 
+/// Names the calling thread (what `comm` shows, e.g. as "who ran instead").
+pub fn set_name(name: &str) {
+    let mut bytes = [0u8; 16];
+    for (b, c) in bytes.iter_mut().zip(name.bytes().take(15)) {
+        *b = c;
+    }
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin(cpu: usize) -> Result<()> {
+    pin_set(&[cpu])
+}
+
+/// Restricts the calling thread to a set of CPUs.
+pub fn pin_set(cpus: &[usize]) -> Result<()> {
     // SAFETY: zeroed cpu_set_t is an empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: cpu < CPU_SETSIZE on any machine this runs on.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            bail!("CPU {cpu} is beyond what sched_setaffinity can express");
+        }
+        // SAFETY: cpu < CPU_SETSIZE, checked above.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     // SAFETY: valid set for the calling thread.
     let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
         bail!(
-            "sched_setaffinity({cpu}): {}",
+            "sched_setaffinity({cpus:?}): {}",
             std::io::Error::last_os_error()
         );
     }
     Ok(())
+}
+
+/// Parses a CPU list such as "0-2,5".
+pub fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                cpus.extend(a.trim().parse::<usize>().ok()?..=b.trim().parse::<usize>().ok()?)
+            }
+            None => cpus.push(part.trim().parse().ok()?),
+        }
+    }
+    Some(cpus)
 }

@@ -163,6 +163,65 @@ impl<'a> Threads<'a> {
             .filter(move |s| s.end_ns > start)
     }
 
+    /// Per thread, runnable time per ns outside the given windows (inside
+    /// [start, end]): the baseline that runnable time in an episode is
+    /// compared with. A thread that shares its CPU anyway waits there too.
+    pub fn runnable_rates(
+        &self,
+        windows: &[(u64, u64)],
+        start: u64,
+        end: u64,
+    ) -> HashMap<u32, f64> {
+        let outside = (end.saturating_sub(start))
+            .saturating_sub(windows.iter().map(|(a, b)| b.saturating_sub(*a)).sum());
+        let mut total: HashMap<u32, u64> = HashMap::new();
+        for s in self.spans.iter().filter(|s| s.kind == OffKind::Runnable) {
+            let inside_windows: u64 = windows.iter().map(|&(a, b)| s.overlap(a, b)).sum();
+            let t = s.overlap(start, end).saturating_sub(inside_windows);
+            *total.entry(s.record.tid).or_default() += t;
+        }
+        total
+            .into_iter()
+            .map(|(tid, t)| (tid, t as f64 / outside.max(1) as f64))
+            .collect()
+    }
+
+    /// Runnable time in [start, end] above each thread's baseline rate, for
+    /// the worst-hit thread: (excess ns, who ran instead most, if known).
+    pub fn runnable_excess(
+        &self,
+        rates: &HashMap<u32, f64>,
+        start: u64,
+        end: u64,
+    ) -> (u64, Option<String>) {
+        let mut per_thread: HashMap<u32, (u64, HashMap<String, u64>)> = HashMap::new();
+        for s in self
+            .overlapping(start, end)
+            .filter(|s| s.kind == OffKind::Runnable)
+        {
+            let o = s.overlap(start, end);
+            let entry = per_thread.entry(s.record.tid).or_default();
+            entry.0 += o;
+            if !s.record.next_comm.is_empty() {
+                let who = format!("{} (pid {})", s.record.next_comm, s.record.next_pid);
+                *entry.1.entry(who).or_default() += o;
+            }
+        }
+        let d = end.saturating_sub(start) as f64;
+        per_thread
+            .into_iter()
+            .map(|(tid, (t, who))| {
+                let expected = rates.get(&tid).copied().unwrap_or(0.0) * d;
+                let excess = (t as f64 - expected).max(0.0) as u64;
+                (
+                    excess,
+                    who.into_iter().max_by_key(|(_, ns)| *ns).map(|(w, _)| w),
+                )
+            })
+            .max_by_key(|(e, _)| *e)
+            .unwrap_or((0, None))
+    }
+
     /// Typical length of a thread's spans of one kind.
     pub fn typical(&self, tid: u32, kind: OffKind) -> u64 {
         self.typical

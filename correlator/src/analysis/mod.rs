@@ -30,7 +30,10 @@ pub use signature::Signature;
 
 /// Estimated cost of one event, used only to put count-only families on the
 /// same scale as measured durations ("share of episode time explained").
-/// Rough figures for this class of machine, stated as estimates in reports.
+/// A minor fault's cost is measured on the machine at record time (see
+/// `Environment::minor_fault_ns`); this is the fallback for run files
+/// without it. The others are rough figures for this class of machine,
+/// stated as estimates in reports.
 const MINOR_FAULT_COST_NS: f64 = 1_500.0;
 const MAJOR_FAULT_COST_NS: f64 = 100_000.0;
 const MIGRATION_COST_NS: f64 = 20_000.0;
@@ -161,11 +164,23 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         latency.start_ns().max(run.started_ns),
         latency.end_ns().min(run.ended_ns),
     );
-    let episodes: Vec<Episode> = windows
-        .iter()
-        .map(|w| episode(w, &kt, &threads, &baseline))
-        .collect();
-    let classification = classify(&episodes, &latency_report, &threads);
+    let costs = Costs {
+        minor_fault_ns: match run.environment.minor_fault_ns {
+            0 => MINOR_FAULT_COST_NS,
+            measured => measured as f64,
+        },
+    };
+    let spans: Vec<(u64, u64)> = windows.iter().map(|w| (w.start_ns, w.end_ns)).collect();
+    let runnable_rates = threads.runnable_rates(&spans, latency.start_ns(), latency.end_ns());
+    let ctx = EpisodeContext {
+        kt: &kt,
+        threads: &threads,
+        runnable_rates: &runnable_rates,
+        baseline: &baseline,
+        costs: &costs,
+    };
+    let episodes: Vec<Episode> = windows.iter().map(|w| episode(w, &ctx)).collect();
+    let classification = classify(&episodes, &latency_report, &costs);
     Analysis {
         latency: latency_report,
         episodes,
@@ -213,10 +228,14 @@ fn latency_report(
     }
 }
 
+/// Per-event cost estimates for this run.
+struct Costs {
+    minor_fault_ns: f64,
+}
+
 /// Per-bucket event rates outside every episode.
 struct Baseline {
     rates: [f64; correlator_common::NUM_COUNTERS],
-    buckets: u64,
 }
 
 impl Baseline {
@@ -255,7 +274,7 @@ impl Baseline {
         for ((r, t), e) in rates.iter_mut().zip(total).zip(in_episodes) {
             *r = t.saturating_sub(e) as f64 / buckets.max(1) as f64;
         }
-        Self { rates, buckets }
+        Self { rates }
     }
 
     fn expected(&self, c: Counter, buckets: u64) -> f64 {
@@ -263,7 +282,17 @@ impl Baseline {
     }
 }
 
-fn episode(w: &Window, kt: &KernelTimeline, threads: &Threads, baseline: &Baseline) -> Episode {
+/// What every episode is measured against.
+struct EpisodeContext<'a> {
+    kt: &'a KernelTimeline<'a>,
+    threads: &'a Threads<'a>,
+    runnable_rates: &'a std::collections::HashMap<u32, f64>,
+    baseline: &'a Baseline,
+    costs: &'a Costs,
+}
+
+fn episode(w: &Window, ctx: &EpisodeContext) -> Episode {
+    let (kt, threads, baseline, costs) = (ctx.kt, ctx.threads, ctx.baseline, ctx.costs);
     let (first, last) = kt.bucket_range(w.start_ns, w.end_ns);
     // The bucket before the first delayed request too (see Baseline::new).
     let first = first.saturating_sub(1);
@@ -287,19 +316,21 @@ fn episode(w: &Window, kt: &KernelTimeline, threads: &Threads, baseline: &Baseli
             .map_or(0.0, |e| (e.observed - e.expected).max(0.0))
     };
     let d = w.duration_ns();
-    let runnable = threads.worst_excess(OffKind::Runnable, w.start_ns, w.end_ns);
+    // Waiting for a CPU: total wait above the thread's own baseline (under a
+    // CPU-sharing neighbour it is many short waits, not one long one).
+    let (runnable_ns, preempted_by) =
+        threads.runnable_excess(ctx.runnable_rates, w.start_ns, w.end_ns);
+    // Blocked: one atypically long sleep (a lock or I/O wait) — an idle
+    // server sleeps most of the time anyway, so totals say little.
     let blocked = threads.worst_excess(OffKind::Blocked, w.start_ns, w.end_ns);
     let mut account = TimeAccount {
         duration_ns: d,
-        runnable_ns: runnable.as_ref().map_or(0, |r| r.0),
-        preempted_by: runnable
-            .as_ref()
-            .filter(|r| r.0 > 0 && r.1.record.preempted)
-            .map(|r| format!("{} (pid {})", r.1.record.next_comm, r.1.record.next_pid)),
+        runnable_ns: runnable_ns.min(d),
+        preempted_by: preempted_by.filter(|_| runnable_ns > 0),
         blocked_ns: blocked.as_ref().map_or(0, |b| b.0),
         hardirq_ns: over("hardirq_ns") as u64,
         softirq_ns: over("softirq_ns") as u64,
-        faults_estimated_ns: (over("page_faults_minor") * MINOR_FAULT_COST_NS
+        faults_estimated_ns: (over("page_faults_minor") * costs.minor_fault_ns
             + over("page_faults_major") * MAJOR_FAULT_COST_NS) as u64,
         migrations_estimated_ns: (over("migrations") * MIGRATION_COST_NS) as u64,
         ..TimeAccount::default()
@@ -313,7 +344,6 @@ fn episode(w: &Window, kt: &KernelTimeline, threads: &Threads, baseline: &Baseli
         .min(d);
     account.unexplained_ns = d - explained;
     account.explained_share = explained as f64 / d as f64;
-    let _ = baseline.buckets;
     Episode {
         window: w.clone(),
         duration_ns: d,
@@ -343,7 +373,7 @@ fn significance(x: Excess) -> (f64, f64) {
     (1.0 - p, p)
 }
 
-fn classify(episodes: &[Episode], latency: &LatencyReport, threads: &Threads) -> Classification {
+fn classify(episodes: &[Episode], latency: &LatencyReport, costs: &Costs) -> Classification {
     let sig = signature::signature(episodes, latency);
     if sig.signature == Signature::None {
         return Classification {
@@ -354,9 +384,10 @@ fn classify(episodes: &[Episode], latency: &LatencyReport, threads: &Threads) ->
             causes: Vec::new(),
         };
     }
-    let mut causes = rank_causes(episodes, sig.signature);
+    let mut causes = rank_causes(episodes, sig.signature, costs);
+    // A cause that explains under 1% of episode time is not a finding.
+    causes.retain(|c| c.score >= 0.01);
     causes.sort_by(|a, b| b.score.total_cmp(&a.score));
-    let _ = threads;
     Classification {
         signature: sig.signature,
         period_ms: sig.period_ms,
@@ -370,7 +401,7 @@ fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
 }
 
-fn rank_causes(episodes: &[Episode], signature: Signature) -> Vec<Cause> {
+fn rank_causes(episodes: &[Episode], signature: Signature, costs: &Costs) -> Vec<Cause> {
     let n = episodes.len() as f64;
     let total_ns: f64 = episodes
         .iter()
@@ -413,7 +444,7 @@ fn rank_causes(episodes: &[Episode], signature: Signature) -> Vec<Cause> {
     count_cause(
         "page_faults",
         "page_faults_minor",
-        MINOR_FAULT_COST_NS,
+        costs.minor_fault_ns,
         "minor page faults",
         "pre-fault or reuse the memory (MAP_POPULATE, a pool), or change THP (knob thp=never|always), and re-measure the tail",
     );

@@ -51,6 +51,12 @@ pub struct LoadOptions {
     /// Run the pacer thread SCHED_FIFO so it wakes on time on a busy machine
     /// (needs root or CAP_SYS_NICE).
     pub rt_pacer: bool,
+    /// Set from outside (Ctrl-C, target exit) to end the run early; what was
+    /// measured until then is kept.
+    pub cancel: Arc<AtomicBool>,
+    /// CPUs the generator's threads run on (None: anywhere). Keeping them
+    /// off the server's CPUs keeps the generator out of what it measures.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// One request in flight on a connection.
@@ -74,10 +80,18 @@ struct Shared {
     addr: SocketAddr,
     recorder: Mutex<Recorder>,
     stop: AtomicBool,
-    /// Completed requests so far (for the progress display).
+    /// Completed requests so far, and those slower than [`SLOW_NS`]
+    /// (for the progress display).
     completed: AtomicU64,
+    slow: AtomicU64,
     rt_refused: AtomicBool,
 }
+
+/// "Slow so far" in progress displays: 1 ms from the intended send time.
+pub const SLOW_NS: u64 = 1_000_000;
+
+/// Progress callback: (elapsed ns, completed requests, slow requests).
+pub type Progress<'a> = &'a (dyn Fn(u64, u64, u64) + Sync);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicked reader thread must not take the run's results with it.
@@ -126,6 +140,16 @@ fn make_realtime() -> bool {
     let param = libc::sched_param { sched_priority: 10 };
     // SAFETY: pid 0 = the calling thread; valid param.
     unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+}
+
+/// Per-thread set-up of every generator thread.
+fn generator_thread(opts: &LoadOptions) {
+    set_timer_slack_1ns();
+    if let Some(cpus) = &opts.cpus
+        && let Err(e) = crate::workload::pin_set(cpus)
+    {
+        log::warn!("cannot keep the load generator on CPUs {cpus:?}: {e:#}");
+    }
 }
 
 fn set_timer_slack_1ns() {
@@ -185,7 +209,7 @@ fn resolve(opts: &LoadOptions) -> Result<SocketAddr> {
 }
 
 /// Runs the load and returns everything measured.
-pub fn run(opts: LoadOptions, progress: Option<&dyn Fn(u64, u64)>) -> Result<LoadResult> {
+pub fn run(opts: LoadOptions, progress: Option<Progress>) -> Result<LoadResult> {
     if opts.rates.iter().any(|&r| !(r > 0.0 && r.is_finite())) {
         bail!("--rate must be positive requests per second");
     }
@@ -210,6 +234,7 @@ pub fn run(opts: LoadOptions, progress: Option<&dyn Fn(u64, u64)>) -> Result<Loa
         opts,
         stop: AtomicBool::new(false),
         completed: AtomicU64::new(0),
+        slow: AtomicU64::new(0),
         rt_refused: AtomicBool::new(false),
     });
     let cpu_start = process_cpu_ns();
@@ -255,7 +280,7 @@ fn open_connections(shared: &Shared) -> Result<Vec<Arc<Conn>>> {
 fn run_open_loop(
     shared: &Arc<Shared>,
     windows: &[(u64, u64)],
-    progress: Option<&dyn Fn(u64, u64)>,
+    progress: Option<Progress>,
 ) -> Result<()> {
     let conns = open_connections(shared)?;
     let readers: Vec<_> = conns
@@ -292,14 +317,15 @@ fn run_open_loop(
 }
 
 /// Reports progress until the last phase ends.
-fn watch(shared: &Shared, windows: &[(u64, u64)], progress: Option<&dyn Fn(u64, u64)>) {
+fn watch(shared: &Shared, windows: &[(u64, u64)], progress: Option<Progress>) {
     let (start, end) = (windows[0].0, windows[windows.len() - 1].1);
-    while clock::monotonic_ns() < end {
+    while clock::monotonic_ns() < end && !shared.opts.cancel.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
         if let Some(report) = progress {
             report(
                 clock::monotonic_ns().saturating_sub(start),
                 shared.completed.load(Ordering::Relaxed),
+                shared.slow.load(Ordering::Relaxed),
             );
         }
     }
@@ -309,7 +335,7 @@ fn watch(shared: &Shared, windows: &[(u64, u64)], progress: Option<&dyn Fn(u64, 
 /// Send counts and slips are kept locally and merged at the end, so the
 /// pacer never waits for the recorder lock the readers use.
 fn pacer(shared: &Shared, conns: &[Arc<Conn>], windows: &[(u64, u64)]) {
-    set_timer_slack_1ns();
+    generator_thread(&shared.opts);
     if shared.opts.rt_pacer && !make_realtime() {
         log::warn!(
             "--rt-pacer: cannot make the pacer SCHED_FIFO (needs root or CAP_SYS_NICE); running it at normal priority"
@@ -324,7 +350,7 @@ fn pacer(shared: &Shared, conns: &[Arc<Conn>], windows: &[(u64, u64)]) {
         let interval = 1e9 / rate;
         for i in 0u64.. {
             let intended = start + (i as f64 * interval) as u64;
-            if intended >= end {
+            if intended >= end || shared.opts.cancel.load(Ordering::Relaxed) {
                 break;
             }
             sleep_until(intended);
@@ -382,6 +408,7 @@ fn send(
 /// Reads responses of one connection, matches them to requests in order,
 /// times out stuck requests, and reconnects after failures.
 fn reader(shared: &Shared, conn: &Conn) {
+    generator_thread(&shared.opts);
     let timeout = u64::try_from(shared.opts.timeout.as_nanos()).unwrap_or(u64::MAX);
     let protocol = &shared.opts.target.protocol;
     let mut stream = lock(&conn.writer).as_ref().and_then(|s| s.try_clone().ok());
@@ -450,6 +477,9 @@ fn consume(
                     return Err(());
                 };
                 req.times.done_ns = done;
+                if req.times.corrected() >= SLOW_NS {
+                    shared.slow.fetch_add(1, Ordering::Relaxed);
+                }
                 lock(&shared.recorder).answered(req.times, req.measured, resp.ok);
                 shared.completed.fetch_add(1, Ordering::Relaxed);
                 used += resp.len;
@@ -509,7 +539,7 @@ fn reconnect(shared: &Shared, conn: &Conn) -> Option<TcpStream> {
 fn run_closed_loop(
     shared: &Arc<Shared>,
     windows: &[(u64, u64)],
-    progress: Option<&dyn Fn(u64, u64)>,
+    progress: Option<Progress>,
 ) -> Result<()> {
     let conns = open_connections(shared)?;
     let workers: Vec<_> = conns
@@ -530,7 +560,7 @@ fn run_closed_loop(
 }
 
 fn closed_loop_worker(shared: &Shared, conn: &Conn, windows: &[(u64, u64)]) {
-    set_timer_slack_1ns();
+    generator_thread(&shared.opts);
     let opts = &shared.opts;
     let timeout = u64::try_from(opts.timeout.as_nanos()).unwrap_or(u64::MAX);
     let warmup = u64::try_from(opts.warmup.as_nanos()).unwrap_or(0);
@@ -543,7 +573,7 @@ fn closed_loop_worker(shared: &Shared, conn: &Conn, windows: &[(u64, u64)]) {
         for j in 0u64.. {
             let seq = j * c + u64::from(conn.id);
             let intended = start + (seq as f64 * interval) as u64;
-            if intended >= end {
+            if intended >= end || opts.cancel.load(Ordering::Relaxed) {
                 break;
             }
             sleep_until(intended);
@@ -574,6 +604,9 @@ fn closed_loop_worker(shared: &Shared, conn: &Conn, windows: &[(u64, u64)]) {
             match exchange(s, &opts.target.protocol, &request, &mut buf, sent, timeout) {
                 Exchange::Answered { ok, done } => {
                     times.done_ns = done;
+                    if times.service() >= SLOW_NS {
+                        shared.slow.fetch_add(1, Ordering::Relaxed);
+                    }
                     lock(&shared.recorder).answered(times, measured, ok);
                     shared.completed.fetch_add(1, Ordering::Relaxed);
                 }

@@ -166,6 +166,9 @@ impl Probes {
                 .unwrap_or(u64::MAX),
             task_pid_offset: kernel_btf.member_offset("task_struct", "pid")?.into(),
             task_comm_offset: kernel_btf.member_offset("task_struct", "comm")?.into(),
+            task_cpu_offset: (kernel_btf.member_offset("task_struct", "thread_info")?
+                + kernel_btf.member_offset("thread_info", "cpu")?)
+            .into(),
         };
         // Reference-counted: stays on while we hold the fd and does not
         // fight other tools (unlike flipping the kernel.bpf_stats_enabled sysctl).

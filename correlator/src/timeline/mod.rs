@@ -25,7 +25,8 @@ pub struct OffCpu {
     pub end_ns: u64,
     pub runnable_ns: u64,
     pub blocked_ns: u64,
-    /// The task that ran on `cpu_out` right after the switch-out.
+    /// While the thread waited runnable: the task that ran longest in one go
+    /// on the CPU it waited for (empty if unknown).
     pub next_pid: u32,
     pub next_comm: String,
 }

@@ -1,0 +1,70 @@
+//! A CPU-bound neighbour: pinned to one CPU, it spins in bursts of random
+//! length at random times, preempting whatever else runs there.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::workload::{pin, set_name};
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct HogArgs {
+    /// CPU to spin on.
+    #[arg(long, default_value_t = 1)]
+    pub cpu: usize,
+    /// Burst length range, ms.
+    #[arg(long, default_value_t = 20)]
+    pub burst_min_ms: u64,
+    #[arg(long, default_value_t = 60)]
+    pub burst_max_ms: u64,
+    /// Pause between bursts range, ms.
+    #[arg(long, default_value_t = 150)]
+    pub pause_min_ms: u64,
+    #[arg(long, default_value_t = 700)]
+    pub pause_max_ms: u64,
+    /// Spin without pauses (a continuous hog).
+    #[arg(long)]
+    pub continuous: bool,
+}
+
+/// xorshift64: deterministic pseudo-random timings, no dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in [lo, hi].
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi.saturating_sub(lo) + 1)
+    }
+}
+
+pub fn run(args: &HogArgs) -> Result<()> {
+    set_name("demo-hog");
+    pin(args.cpu)?;
+    let mut rng = Rng::new(u64::from(std::process::id()) * 0x9e37_79b9);
+    loop {
+        let burst = if args.continuous {
+            Duration::from_secs(3600)
+        } else {
+            Duration::from_millis(rng.range(args.burst_min_ms, args.burst_max_ms))
+        };
+        let end = Instant::now() + burst;
+        let mut x = 0u64;
+        while Instant::now() < end {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        std::thread::sleep(Duration::from_millis(
+            rng.range(args.pause_min_ms, args.pause_max_ms),
+        ));
+    }
+}

@@ -1,0 +1,370 @@
+//! One self-contained HTML file with inline SVG plots: latency over time
+//! with episodes shaded and event-rate lanes on the same time axis; the
+//! percentile curve; the per-episode time account.
+//!
+//! SVG is written by hand: three plot shapes, no interactivity, and no
+//! JavaScript or external assets in the file; a plotting crate would add
+//! far more than it saves here.
+
+use std::fmt::Write as _;
+
+use super::Report;
+use crate::latency::fmt_ns;
+
+const W: f64 = 960.0;
+const LEFT: f64 = 90.0;
+const RIGHT: f64 = 20.0;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// x position of time `t_ns` on the shared time axis.
+fn x_of(r: &Report, t_ns: u64) -> f64 {
+    let s = &r.series;
+    let span = (s.bin_ns * s.latency_max_ns.len() as u64).max(1) as f64;
+    LEFT + (t_ns.saturating_sub(s.start_ns) as f64 / span) * (W - LEFT - RIGHT)
+}
+
+/// Latency over time (log scale) with episodes shaded.
+fn latency_plot(r: &Report) -> String {
+    let h = 260.0;
+    let (top, bottom) = (10.0, h - 30.0);
+    let s = &r.series;
+    let max = s.latency_max_ns.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let min = s
+        .latency_max_ns
+        .iter()
+        .copied()
+        .filter(|&v| v > 0)
+        .min()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let (lo, hi) = (
+        min.log10().floor(),
+        max.log10().ceil().max(min.log10().floor() + 1.0),
+    );
+    let y = |v: f64| bottom - (v.max(1.0).log10() - lo) / (hi - lo) * (bottom - top);
+    let mut svg = format!(r#"<svg viewBox="0 0 {W} {h}" width="{W}" height="{h}" class="plot">"#);
+    for e in &r.episodes {
+        let (x0, x1) = (x_of(r, e.window.start_ns), x_of(r, e.window.end_ns));
+        let _ = write!(
+            svg,
+            r##"<rect x="{x0:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#f4a3a3" opacity="0.5"><title>episode: peak {}, {} requests</title></rect>"##,
+            (x1 - x0).max(1.0),
+            bottom - top,
+            fmt_ns(e.window.peak_ns),
+            e.window.requests
+        );
+    }
+    if let Some(t) = r.latency.threshold_ns {
+        let yt = y(t as f64);
+        let _ = write!(
+            svg,
+            r##"<line x1="{LEFT}" x2="{:.1}" y1="{yt:.1}" y2="{yt:.1}" stroke="#c00" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" font-size="11" fill="#c00" text-anchor="end">spike threshold {}</text>"##,
+            W - RIGHT,
+            W - RIGHT,
+            yt - 3.0,
+            fmt_ns(t)
+        );
+    }
+    let mut path = String::new();
+    for (i, &v) in s.latency_max_ns.iter().enumerate() {
+        if v == 0 {
+            continue;
+        }
+        let x = x_of(r, s.start_ns + i as u64 * s.bin_ns);
+        let _ = write!(
+            path,
+            "{}{x:.1},{:.1} ",
+            if path.is_empty() { "M" } else { "L" },
+            y(v as f64)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<path d="{path}" fill="none" stroke="#1f5fa8" stroke-width="1"/>"##
+    );
+    let mut d = lo;
+    while d <= hi {
+        let v = 10f64.powf(d);
+        let _ = write!(
+            svg,
+            r##"<line x1="{LEFT}" x2="{:.1}" y1="{0:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##,
+            W - RIGHT,
+            LEFT - 4.0,
+            y(v) + 4.0,
+            fmt_ns(v as u64)
+        );
+        d += 1.0;
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="{LEFT}" y="{:.1}" font-size="12">slowest request per {} bin (log scale), episodes shaded</text></svg>"#,
+        h - 8.0,
+        fmt_ns(s.bin_ns)
+    );
+    svg
+}
+
+/// Event-rate lanes on the same time axis.
+fn lanes(r: &Report) -> String {
+    let lane_h = 42.0;
+    let s = &r.series;
+    let shown: Vec<&(String, Vec<u64>)> = s
+        .events
+        .iter()
+        .filter(|(_, v)| v.iter().any(|&c| c > 0))
+        .collect();
+    let h = lane_h * shown.len().max(1) as f64 + 10.0;
+    let mut svg = format!(r#"<svg viewBox="0 0 {W} {h}" width="{W}" height="{h}" class="plot">"#);
+    let bar_w = ((W - LEFT - RIGHT) / s.latency_max_ns.len().max(1) as f64).max(1.0);
+    for (k, (name, values)) in shown.iter().enumerate() {
+        let base = 5.0 + (k as f64 + 1.0) * lane_h - 6.0;
+        let max = values.iter().copied().max().unwrap_or(1).max(1) as f64;
+        for e in &r.episodes {
+            let (x0, x1) = (x_of(r, e.window.start_ns), x_of(r, e.window.end_ns));
+            let _ = write!(
+                svg,
+                r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#f4a3a3" opacity="0.35"/>"##,
+                base - lane_h + 8.0,
+                (x1 - x0).max(1.0),
+                lane_h - 8.0
+            );
+        }
+        for (i, &v) in values.iter().enumerate() {
+            if v == 0 {
+                continue;
+            }
+            let x = x_of(r, s.start_ns + i as u64 * s.bin_ns);
+            let bh = (v as f64 / max) * (lane_h - 12.0);
+            let _ = write!(
+                svg,
+                r##"<rect x="{x:.1}" y="{:.1}" width="{bar_w:.1}" height="{bh:.1}" fill="#555"/>"##,
+                base - bh
+            );
+        }
+        let _ = write!(
+            svg,
+            r##"<line x1="{LEFT}" x2="{:.1}" y1="{base:.1}" y2="{base:.1}" stroke="#999"/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text><text x="{:.1}" y="{:.1}" font-size="10" fill="#777" text-anchor="end">max {max:.0}/bin</text>"##,
+            W - RIGHT,
+            LEFT - 4.0,
+            base - 12.0,
+            esc(name),
+            W - RIGHT,
+            base - lane_h + 18.0
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// Latency by percentile, x = 1 / (1 − q) on a log scale.
+fn percentile_plot(r: &Report) -> String {
+    let (w, h) = (520.0, 260.0);
+    let (left, right, top, bottom) = (70.0, 15.0, 10.0, h - 35.0);
+    let pts = &r.series.percentile_curve;
+    let mut svg = format!(r#"<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" class="plot">"#);
+    if pts.len() < 2 {
+        svg.push_str(r#"<text x="20" y="40">not enough samples for a curve</text></svg>"#);
+        return svg;
+    }
+    let xmax = pts
+        .iter()
+        .map(|(q, _)| (1.0 / (1.0 - q / 100.0)).log10())
+        .fold(1.0, f64::max);
+    let vmax = pts.iter().map(|(_, v)| *v).max().unwrap_or(1).max(1) as f64;
+    let vmin = pts
+        .iter()
+        .map(|(_, v)| *v)
+        .filter(|&v| v > 0)
+        .min()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let (lo, hi) = (
+        vmin.log10().floor(),
+        vmax.log10().ceil().max(vmin.log10().floor() + 1.0),
+    );
+    let x = |q: f64| left + (1.0 / (1.0 - q / 100.0)).log10() / xmax * (w - left - right);
+    let y = |v: f64| bottom - (v.max(1.0).log10() - lo) / (hi - lo) * (bottom - top);
+    let path: String = pts
+        .iter()
+        .enumerate()
+        .map(|(i, (q, v))| {
+            format!(
+                "{}{:.1},{:.1} ",
+                if i == 0 { "M" } else { "L" },
+                x(*q),
+                y(*v as f64)
+            )
+        })
+        .collect();
+    let _ = write!(
+        svg,
+        r##"<path d="{path}" fill="none" stroke="#1f5fa8" stroke-width="2"/>"##
+    );
+    for q in [50.0f64, 90.0, 99.0, 99.9, 99.99] {
+        if (1.0 / (1.0 - q / 100.0)).log10() <= xmax {
+            let _ = write!(
+                svg,
+                r##"<line x1="{0:.1}" x2="{0:.1}" y1="{top}" y2="{bottom}" stroke="#ddd"/><text x="{0:.1}" y="{1:.1}" font-size="11" text-anchor="middle">p{q}</text>"##,
+                x(q),
+                bottom + 14.0
+            );
+        }
+    }
+    let mut d = lo;
+    while d <= hi {
+        let _ = write!(
+            svg,
+            r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##,
+            left - 4.0,
+            y(10f64.powf(d)) + 4.0,
+            fmt_ns(10f64.powf(d) as u64)
+        );
+        d += 1.0;
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="{left}" y="{:.1}" font-size="12">latency by percentile (stops where fewer than 10 samples lie above)</text></svg>"#,
+        h - 6.0
+    );
+    svg
+}
+
+/// Stacked bars: where each episode's time went.
+fn account_plot(r: &Report) -> String {
+    let shown: Vec<_> = r.episodes.iter().take(40).collect();
+    let bar_h = 14.0;
+    let h = 40.0 + bar_h * shown.len() as f64 * 1.3;
+    let mut svg = format!(r#"<svg viewBox="0 0 {W} {h}" width="{W}" height="{h}" class="plot">"#);
+    let parts: [(&str, &str); 6] = [
+        ("waiting runnable", "#e8853d"),
+        ("blocked", "#8a63d2"),
+        ("hard IRQ", "#c33"),
+        ("softirq", "#e0b000"),
+        ("faults/migrations (est.)", "#2a9d8f"),
+        ("unexplained (on CPU?)", "#bbb"),
+    ];
+    for (i, (name, color)) in parts.iter().enumerate() {
+        let _ = write!(
+            svg,
+            r#"<rect x="{:.1}" y="6" width="10" height="10" fill="{color}"/><text x="{:.1}" y="15" font-size="11">{name}</text>"#,
+            LEFT + i as f64 * 150.0,
+            LEFT + i as f64 * 150.0 + 14.0
+        );
+    }
+    for (k, e) in shown.iter().enumerate() {
+        let a = &e.account;
+        let d = a.duration_ns.max(1) as f64;
+        let values = [
+            a.runnable_ns,
+            a.blocked_ns,
+            a.hardirq_ns,
+            a.softirq_ns,
+            a.faults_estimated_ns + a.migrations_estimated_ns,
+            a.unexplained_ns,
+        ];
+        let total: f64 = values.iter().map(|&v| v as f64).sum::<f64>().max(d);
+        let y = 28.0 + k as f64 * bar_h * 1.3;
+        let mut x = LEFT;
+        for (v, (_, color)) in values.iter().zip(parts.iter()) {
+            let wv = *v as f64 / total * (W - LEFT - RIGHT);
+            if wv > 0.0 {
+                let _ = write!(
+                    svg,
+                    r#"<rect x="{x:.1}" y="{y:.1}" width="{wv:.1}" height="{bar_h}" fill="{color}"/>"#
+                );
+            }
+            x += wv;
+        }
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">#{} {}</text>"#,
+            LEFT - 4.0,
+            y + bar_h - 3.0,
+            k + 1,
+            fmt_ns(a.duration_ns)
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+pub fn render(r: &Report) -> String {
+    let c = &r.classification;
+    let mut causes = String::new();
+    for cause in &c.causes {
+        let _ = write!(
+            causes,
+            "<tr><td><b>{}</b></td><td>{:.2}</td><td>{}</td><td>{}</td></tr>",
+            esc(&cause.cause),
+            cause.score,
+            esc(&cause.evidence),
+            esc(&cause.experiment)
+        );
+    }
+    let mut pct = String::new();
+    for p in &r.latency.summary.percentiles {
+        let _ = write!(
+            pct,
+            "<tr><td>p{}</td><td>{}</td><td>{}</td></tr>",
+            p.p,
+            p.value_ns.map_or("not enough samples".into(), fmt_ns),
+            p.samples_above
+        );
+    }
+    let _ = write!(
+        pct,
+        "<tr><td>max</td><td>{}</td><td></td></tr>",
+        r.latency.summary.max_ns.map_or("-".into(), fmt_ns)
+    );
+    let notes: String = r
+        .notes
+        .iter()
+        .map(|n| format!("<li>{}</li>", esc(n)))
+        .collect();
+    let sig = serde_json::to_value(c.signature)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    format!(
+        r#"<!doctype html><html><head><meta charset="utf-8"><title>correlator: {comm} ({pid})</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:1000px;margin:20px auto;color:#222}}
+table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}}
+.sig{{font-size:20px;font-weight:bold}}.plot{{display:block;margin:6px 0}}</style></head><body>
+<h1>Why did the tail spike? PID {pid} ({comm})</h1>
+<p>{dur:.1} s, latency from {source}; kernel {kernel}, {cpus} CPUs, THP {thp}</p>
+<p class="sig">{sig_up}</p><p>{evidence}</p>
+<h2>Causes, best first</h2><table><tr><th>cause</th><th>score</th><th>evidence</th><th>confirm with</th></tr>{causes}</table>
+<h2>Latency over time and kernel events</h2>{lat}{lanes}
+<h2>Percentiles</h2><div style="display:flex;gap:20px"><table><tr><th></th><th>value</th><th>samples above</th></tr>{pct}</table>{curve}</div>
+<p>{count} requests, {spikes} spikes, {timeouts} timeouts, {errors} errors</p>
+<h2>Where each episode's time went</h2>{account}
+<h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run); lost kernel records/events: {lost}</p>
+<ul>{notes}</ul></body></html>"#,
+        comm = esc(&r.target.comm),
+        pid = r.target.pid,
+        dur = r.duration_s,
+        source = esc(&r.latency.source),
+        kernel = esc(&r.environment.kernel),
+        cpus = r.environment.cpus,
+        thp = esc(&r.environment.transparent_hugepage),
+        sig_up = esc(&sig.to_uppercase()),
+        evidence = esc(&c.evidence),
+        lat = latency_plot(r),
+        lanes = lanes(r),
+        curve = percentile_plot(r),
+        count = r.latency.summary.count,
+        spikes = r.latency.spikes,
+        timeouts = r.latency.timeouts,
+        errors = r.latency.errors,
+        account = account_plot(r),
+        probe_ms = r.overhead.probes_cpu_ms,
+        probe_share = r.overhead.probes_cpu_share * 100.0,
+        lost = r.events.lost,
+    )
+}

@@ -1,0 +1,193 @@
+//! The report model (schema `correlator.report/v1`, docs/report.md) and its
+//! views: terminal, JSON, HTML with SVG plots, and a Perfetto / Chrome trace.
+//! Every view renders this one model.
+
+pub mod html;
+pub mod perfetto;
+pub mod terminal;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    analysis::{self, Analysis, AnalysisOptions, Classification, Episode, LatencyReport},
+    latency::capture::LatencyCapture,
+    target::Target,
+    timeline::runfile::{Environment, EventTotals, Losses, RunFile},
+};
+
+pub const SCHEMA: &str = "correlator.report/v1";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgramOverhead {
+    pub name: String,
+    pub run_count: u64,
+    pub ns_per_run: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OverheadReport {
+    pub stats_enabled: bool,
+    /// Total CPU time the probes took, and as a share of the run's wall time.
+    pub probes_cpu_ms: f64,
+    pub probes_cpu_share: f64,
+    pub programs: Vec<ProgramOverhead>,
+}
+
+/// Plot series, downsampled to a bounded number of bins.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    /// Bin width in ns; bin i starts at `start_ns + i * bin_ns`.
+    pub start_ns: u64,
+    pub bin_ns: u64,
+    /// Slowest request completed in each bin (0: none).
+    pub latency_max_ns: Vec<u64>,
+    pub requests: Vec<u64>,
+    /// Event counts per bin, by family name.
+    pub events: Vec<(String, Vec<u64>)>,
+    /// Percentile curve: (percentile, value ns) from p0 to the last quotable one.
+    pub percentile_curve: Vec<(f64, u64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub correlator_version: String,
+    pub target: Target,
+    pub duration_s: f64,
+    pub environment: Environment,
+    pub latency: LatencyReport,
+    pub events: EventTotals,
+    pub losses: Losses,
+    pub episodes: Vec<Episode>,
+    pub classification: Classification,
+    pub overhead: OverheadReport,
+    pub series: Series,
+    pub notes: Vec<String>,
+}
+
+/// Most plot bins.
+const MAX_BINS: u64 = 1_500;
+
+impl Report {
+    pub fn build(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) -> Self {
+        let Analysis {
+            latency: latency_report,
+            episodes,
+            classification,
+        } = analysis::analyze(run, latency, opts);
+        let programs: Vec<ProgramOverhead> = run
+            .overhead
+            .programs
+            .iter()
+            .filter(|p| p.run_count > 0)
+            .map(|p| ProgramOverhead {
+                name: p.name.clone(),
+                run_count: p.run_count,
+                ns_per_run: p.ns_per_run,
+            })
+            .collect();
+        let probes_ns: u64 = run.overhead.programs.iter().map(|p| p.run_time_ns).sum();
+        let mut notes = run.notes.clone();
+        if run.totals.lost > 0 {
+            notes.push(format!(
+                "{} kernel records or events were lost: event counts are incomplete",
+                run.totals.lost
+            ));
+        }
+        if latency.requests_over_cap > 0 {
+            notes.push(format!(
+                "{} slow requests were not kept with exact timestamps (memory cap): episodes may be incomplete",
+                latency.requests_over_cap
+            ));
+        }
+        let duration_s = run.duration_ns() as f64 / 1e9;
+        notes.push(format!(
+            "the run lasted {duration_s:.1} s: it says nothing about events rarer than that"
+        ));
+        Self {
+            schema: SCHEMA.into(),
+            correlator_version: env!("CARGO_PKG_VERSION").into(),
+            target: run.target.clone(),
+            duration_s,
+            environment: run.environment.clone(),
+            series: series(run, latency),
+            latency: latency_report,
+            events: run.totals.clone(),
+            losses: run.losses.clone(),
+            episodes,
+            classification,
+            overhead: OverheadReport {
+                stats_enabled: run.overhead.stats_enabled,
+                probes_cpu_ms: probes_ns as f64 / 1e6,
+                probes_cpu_share: probes_ns as f64 / run.duration_ns().max(1) as f64,
+                programs,
+            },
+            notes,
+        }
+    }
+}
+
+fn series(run: &RunFile, latency: &LatencyCapture) -> Series {
+    let start = latency.start_ns();
+    let end = latency.end_ns().max(start + 1);
+    let span = end - start;
+    let bin = (span / MAX_BINS).max(run.bucket_ns).max(1);
+    let bins = usize::try_from(span.div_ceil(bin)).unwrap_or(0);
+    let mut latency_max = vec![0u64; bins];
+    let mut requests = vec![0u64; bins];
+    let index = |t: u64| -> Option<usize> {
+        let i = usize::try_from(t.checked_sub(start)? / bin).ok()?;
+        (i < bins).then_some(i)
+    };
+    let lat_bucket_ns = 1u64 << latency.bucket_shift;
+    for (i, b) in latency.buckets.iter().enumerate() {
+        let t = (latency.bucket_origin + i as u64) * lat_bucket_ns;
+        if let Some(k) = index(t) {
+            latency_max[k] = latency_max[k].max(b.max_ns);
+            requests[k] += u64::from(b.count);
+        }
+    }
+    let kt = analysis::kernel::KernelTimeline::new(run);
+    let families = [
+        ("page faults", correlator_common::Counter::PageFaultsMinor),
+        ("major faults", correlator_common::Counter::PageFaultsMajor),
+        (
+            "preemptions",
+            correlator_common::Counter::SwitchesInvoluntary,
+        ),
+        ("migrations", correlator_common::Counter::Migrations),
+        ("hard IRQs", correlator_common::Counter::HardIrqs),
+        ("softirqs", correlator_common::Counter::SoftIrqs),
+    ];
+    let mut events: Vec<(String, Vec<u64>)> = families
+        .iter()
+        .map(|(n, _)| (n.to_string(), vec![0; bins]))
+        .collect();
+    for (t, counts) in kt.rows(start, end) {
+        if let Some(k) = index(t) {
+            for ((_, c), (_, lane)) in families.iter().zip(events.iter_mut()) {
+                lane[k] += counts[*c as usize];
+            }
+        }
+    }
+    let merged = latency.merged();
+    let mut percentile_curve = Vec::new();
+    let mut q = 0.0f64;
+    while q < 99.9999 {
+        let p = merged.percentile(q);
+        match p.value_ns {
+            Some(v) => percentile_curve.push((q, v)),
+            None => break,
+        }
+        // Evenly spaced on a log scale of 1 / (1 - q).
+        q = 100.0 - (100.0 - q) / 1.25;
+    }
+    Series {
+        start_ns: start,
+        bin_ns: bin,
+        latency_max_ns: latency_max,
+        requests,
+        events,
+        percentile_curve,
+    }
+}

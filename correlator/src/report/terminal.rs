@@ -1,0 +1,138 @@
+//! The terminal summary: readable in ten seconds. Signature and top causes
+//! first, then the latency table, episodes, events, overhead and losses.
+
+use std::fmt::Write as _;
+
+use super::Report;
+use crate::latency::{fmt_ns, table};
+
+pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    let c = &r.classification;
+    let _ = writeln!(
+        out,
+        "correlator report: PID {} ({}), {:.1} s, latency from {}",
+        r.target.pid, r.target.comm, r.duration_s, r.latency.source
+    );
+    let sig = serde_json::to_value(c.signature)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let _ = writeln!(out, "\nSIGNATURE  {}  — {}", sig.to_uppercase(), c.evidence);
+    if c.causes.is_empty() {
+        let _ = writeln!(out, "CAUSES     none claimed");
+    } else {
+        let _ = writeln!(out, "CAUSES (best first)");
+        for (i, cause) in c.causes.iter().take(3).enumerate() {
+            let _ = writeln!(
+                out,
+                "  {}. {:<12} score {:.2}  {}",
+                i + 1,
+                cause.cause,
+                cause.score,
+                cause.evidence
+            );
+            let _ = writeln!(out, "     → confirm: {}", cause.experiment);
+        }
+        if c.causes.len() > 3 {
+            let rest: Vec<String> = c.causes[3..]
+                .iter()
+                .map(|x| format!("{} {:.2}", x.cause, x.score))
+                .collect();
+            let _ = writeln!(out, "     also: {}", rest.join(", "));
+        }
+    }
+    let _ = writeln!(out);
+    out.push_str(&table(
+        "LATENCY from the intended send time",
+        &r.latency.summary,
+    ));
+    let threshold = r.latency.threshold_ns.map_or("-".into(), fmt_ns);
+    let _ = writeln!(
+        out,
+        "  spikes: {} requests above {threshold}; timeouts {}; errors {}",
+        r.latency.spikes, r.latency.timeouts, r.latency.errors
+    );
+    if r.latency.phases.len() > 1 {
+        for p in &r.latency.phases {
+            let p99 = p
+                .summary
+                .percentiles
+                .iter()
+                .find(|x| x.p == 99.0)
+                .and_then(|x| x.value_ns)
+                .map_or("not enough samples".into(), fmt_ns);
+            let _ = writeln!(
+                out,
+                "  phase {:>7}/s: {} requests, p99 {p99}, {:.2}% spikes",
+                p.rate.map_or("-".into(), |r| format!("{r:.0}")),
+                p.summary.count,
+                p.spike_fraction * 100.0
+            );
+        }
+    }
+    if !r.episodes.is_empty() {
+        let mut durations: Vec<u64> = r.episodes.iter().map(|e| e.duration_ns).collect();
+        durations.sort_unstable();
+        let explained = r
+            .episodes
+            .iter()
+            .map(|e| e.account.explained_share)
+            .sum::<f64>()
+            / r.episodes.len() as f64;
+        let _ = writeln!(
+            out,
+            "\nEPISODES   {} (median {}, longest {}), {} requests affected, {:.0}% of episode time explained by kernel events",
+            r.episodes.len(),
+            fmt_ns(durations[durations.len() / 2]),
+            fmt_ns(durations[durations.len() - 1]),
+            r.episodes.iter().map(|e| e.window.requests).sum::<u64>(),
+            explained * 100.0
+        );
+    }
+    let e = &r.events;
+    let _ = writeln!(
+        out,
+        "EVENTS     faults {} minor / {} major, switches {} voluntary / {} involuntary, migrations {}, hardirqs {}, softirqs {}, lost {}",
+        e.page_faults_minor,
+        e.page_faults_major,
+        e.context_switches_voluntary,
+        e.context_switches_involuntary,
+        e.migrations,
+        e.hardirqs,
+        e.softirqs,
+        e.lost
+    );
+    let busiest: Vec<String> = {
+        let mut p = r.overhead.programs.clone();
+        p.sort_by(|a, b| {
+            (b.run_count as f64 * b.ns_per_run).total_cmp(&(a.run_count as f64 * a.ns_per_run))
+        });
+        p.iter()
+            .take(3)
+            .map(|p| format!("{} {:.0} ns × {}", p.name, p.ns_per_run, p.run_count))
+            .collect()
+    };
+    let _ = writeln!(
+        out,
+        "OVERHEAD   probes used {:.1} ms of CPU ({:.2}% of the run); busiest: {}",
+        r.overhead.probes_cpu_ms,
+        r.overhead.probes_cpu_share * 100.0,
+        if busiest.is_empty() {
+            "unknown (BPF stats off)".into()
+        } else {
+            busiest.join(", ")
+        }
+    );
+    if e.lost > 0 {
+        let _ = writeln!(
+            out,
+            "LOSSES     {} kernel events/records lost: {:?}",
+            e.lost, r.losses
+        );
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}

@@ -85,6 +85,53 @@ pub enum Command {
                       --out/--html/--perfetto write the report views. Needs root (or CAP_BPF + CAP_PERFMON)."
     )]
     Run(RunArgs),
+    /// See it work: a demo server with injected causes, analysed one by one.
+    #[command(
+        long_about = "Starts correlator's demo server with one injected latency cause at a time \
+                      (GC-like periodic sweep, queueing under a rate sweep, page faults, major \
+                      faults, a CPU hog, CPU migrations, lock blocking, softirq bursts, or \
+                      nothing), runs the whole pipeline against it, and prints the injected cause \
+                      next to what correlator detected. Exits non-zero if any scenario is \
+                      misattributed. Needs root and 2+ CPUs (the server runs on CPU 1)."
+    )]
+    Demo {
+        /// One scenario (none, periodic, load, page-faults, major-faults,
+        /// preemption, migrations, blocking, softirq), or all (every one but
+        /// the experimental softirq).
+        #[arg(long, default_value = "all")]
+        scenario: String,
+        /// Where reports go.
+        #[arg(long, default_value = "correlator-demo")]
+        out: PathBuf,
+        /// Length of each scenario's run (the load scenario runs a 3-step sweep).
+        #[arg(long, default_value = "8s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Offered rate.
+        #[arg(long, default_value_t = 5000.0)]
+        rate: f64,
+        /// Also write the outcomes as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Compare two sets of measurements (one number per line): U test, bootstrap CI, verdict.
+    Compare {
+        /// Baseline values (e.g. p99 per repetition).
+        a: PathBuf,
+        /// Treatment values.
+        b: PathBuf,
+        /// Significance level (two-sided).
+        #[arg(long, default_value_t = 0.05)]
+        alpha: f64,
+        /// Smallest change worth adopting, in percent (measure an A/A floor to choose it).
+        #[arg(long, default_value_t = 0.0)]
+        min_change: f64,
+        /// Bootstrap seed (results reproduce for a given seed).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print JSON (schema correlator.compare/v1).
+        #[arg(long)]
+        json: bool,
+    },
     /// Redo the analysis of a saved run (optionally with an imported latency log).
     Report(ReportArgs),
     /// Merge the latency of several runs (histograms merged, never percentiles averaged).

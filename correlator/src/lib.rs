@@ -14,6 +14,7 @@ pub mod probes;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod stats;
 pub mod summary;
 pub mod target;
 pub mod timeline;

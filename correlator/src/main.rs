@@ -76,6 +76,43 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => run_cmd(&args)?,
         Command::Report(args) => report_cmd(&args)?,
         Command::Merge { runs, json } => merge_cmd(&runs, json)?,
+        Command::Compare {
+            a,
+            b,
+            alpha,
+            min_change,
+            seed,
+            json,
+        } => {
+            use correlator::stats;
+            let (xa, xb) = (stats::read_samples(&a)?, stats::read_samples(&b)?);
+            let c = stats::compare(&xa, &xb, alpha, min_change, seed);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&c)?);
+            } else {
+                println!("{:<4} {:>5} {:>14}", "", "n", "median");
+                println!("{:<4} {:>5} {:>14.6}", "A", c.n_a, c.median_a);
+                println!("{:<4} {:>5} {:>14.6}", "B", c.n_b, c.median_b);
+                println!(
+                    "Mann-Whitney U = {}, two-sided p = {:.6} ({:?}); change of the median {:+.1}% (bootstrap 95% CI {:+.1}%..{:+.1}%)",
+                    c.u, c.p_value, c.method, c.change_pct, c.ci_low_pct, c.ci_high_pct
+                );
+                println!(
+                    "verdict (α = {}, minimum change {}%): {}",
+                    c.alpha, c.min_change_pct, c.verdict
+                );
+                for n in &c.notes {
+                    println!("  note: {n}");
+                }
+            }
+        }
+        Command::Demo {
+            scenario,
+            out,
+            duration,
+            rate,
+            json,
+        } => return demo_cmd(&scenario, out, duration, rate, json.as_deref()),
         Command::Memcheck { rate, seconds } => {
             let rec = loadgen::recorder::synthetic_run(rate, seconds);
             println!(
@@ -339,4 +376,63 @@ fn merge_cmd(runs: &[std::path::PathBuf], json: bool) -> Result<()> {
         print!("{}", table("latency from the intended send time", &summary));
     }
     Ok(())
+}
+
+fn demo_cmd(
+    scenario: &str,
+    out: std::path::PathBuf,
+    duration: std::time::Duration,
+    rate: f64,
+    json: Option<&std::path::Path>,
+) -> Result<ExitCode> {
+    use correlator::demo::{Scenario, suite};
+    let scenarios = if scenario == "all" {
+        Scenario::SUITE.to_vec()
+    } else {
+        vec![
+            Scenario::ALL
+                .into_iter()
+                .find(|s| s.name() == scenario)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+                    anyhow::anyhow!(
+                        "unknown scenario {scenario:?}; one of: all, {}",
+                        names.join(", ")
+                    )
+                })?,
+        ]
+    };
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if online < 2 {
+        anyhow::bail!(
+            "the demo needs 2 CPUs (server on CPU 1, load on CPU 0); this machine has {online}"
+        );
+    }
+    let opts = suite::SuiteOptions {
+        scenarios,
+        out_dir: out.clone(),
+        duration,
+        rate,
+    };
+    println!("{}", suite::header());
+    let outcomes = suite::run_suite(&opts, |o| println!("{}", suite::row(o)))?;
+    let bad = outcomes.iter().filter(|o| !o.correct).count();
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_string_pretty(&outcomes)?)?;
+    }
+    println!(
+        "\n{} of {} scenarios attributed correctly; HTML reports in {}/ (e.g. {})",
+        outcomes.len() - bad,
+        outcomes.len(),
+        out.display(),
+        outcomes
+            .first()
+            .map(|o| o.html.display().to_string())
+            .unwrap_or_default()
+    );
+    Ok(if bad == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

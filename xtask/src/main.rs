@@ -24,7 +24,7 @@ struct Cli {
 enum Task {
     /// Format check, clippy (-D warnings), then every test (live ones need root + BPF).
     Test,
-    /// Build, check the machine, and record a known workload end to end.
+    /// Build, check the machine, and run the demo scenario suite end to end.
     Demo,
     /// Benchmarks (ratios against a baseline measured in the same run).
     Bench {
@@ -81,37 +81,9 @@ fn test() -> Result<()> {
 fn demo() -> Result<()> {
     let bin = build_release()?;
     run(Command::new(&bin).arg("doctor"))?;
+    // Every injected cause, one after the other, with the report of each.
     let out = workspace_root().join("target/demo");
-    std::fs::create_dir_all(&out)?;
-    let run_file = out.join("workload.run");
-    // A known workload: 5000 fresh pages, 300 1-ms sleeps, 50 CPU hops, a
-    // 1 s spin on CPU 1, started once the recorder is attached.
-    let mut work = Command::new(&bin)
-        .args(["workload", "--minor-faults", "5000", "--sleeps", "300"])
-        .args(["--hops", "50", "--spin-ms", "1000", "--spin-cpu", "1"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .context("starting the demo workload")?;
-    let mut rec = Command::new(&bin)
-        .args(["record", "--quiet", "--duration", "30s", "--pid"])
-        .arg(work.id().to_string())
-        .arg("--out")
-        .arg(&run_file)
-        .spawn()
-        .context("starting correlator record")?;
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    if let Some(mut stdin) = work.stdin.take() {
-        use std::io::Write as _;
-        stdin.write_all(b"go\n")?;
-    }
-    work.wait()?;
-    let status = rec.wait()?;
-    if !status.success() {
-        bail!("correlator record failed: {status}");
-    }
-    eprintln!("xtask: demo run file at {}", run_file.display());
-    Ok(())
+    run(Command::new(&bin).arg("demo").arg("--out").arg(&out))
 }
 
 fn main() -> Result<()> {

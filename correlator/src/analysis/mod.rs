@@ -124,6 +124,10 @@ pub struct LatencyReport {
     pub summary: Summary,
     pub threshold_ns: Option<u64>,
     pub spikes: u64,
+    /// Requests over the threshold that the generator sent late (most of
+    /// their latency passed before the send): its lateness, not the
+    /// server's, so not spikes.
+    pub late_sends: u64,
     pub timeouts: u64,
     pub errors: u64,
     pub phases: Vec<PhaseLatency>,
@@ -180,7 +184,7 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         costs: &costs,
     };
     let episodes: Vec<Episode> = windows.iter().map(|w| episode(w, &ctx)).collect();
-    let classification = classify(&episodes, &latency_report, &costs);
+    let classification = classify(&episodes, &latency_report, &costs, opts.slo_ns.is_some());
     Analysis {
         latency: latency_report,
         episodes,
@@ -198,10 +202,19 @@ fn latency_report(
             latency
                 .requests
                 .iter()
-                .filter(|r| r.phase == phase && r.corrected() >= t)
+                .filter(|r| {
+                    r.phase == phase && r.corrected() >= t && episodes::slow_at_server(r, t)
+                })
                 .count() as u64
         })
     };
+    let late_sends = threshold.map_or(0, |t| {
+        latency
+            .requests
+            .iter()
+            .filter(|r| r.corrected() >= t && !episodes::slow_at_server(r, t))
+            .count() as u64
+    });
     let phases: Vec<PhaseLatency> = latency
         .phases
         .iter()
@@ -222,6 +235,7 @@ fn latency_report(
         summary: merged.summary(),
         threshold_ns: threshold,
         spikes: phases.iter().map(|p| p.spikes).sum(),
+        late_sends,
         timeouts: latency.phases.iter().map(|p| p.timeouts).sum(),
         errors: latency.phases.iter().map(|p| p.errors).sum(),
         phases,
@@ -373,8 +387,13 @@ fn significance(x: Excess) -> (f64, f64) {
     (1.0 - p, p)
 }
 
-fn classify(episodes: &[Episode], latency: &LatencyReport, costs: &Costs) -> Classification {
-    let sig = signature::signature(episodes, latency);
+fn classify(
+    episodes: &[Episode],
+    latency: &LatencyReport,
+    costs: &Costs,
+    explicit_slo: bool,
+) -> Classification {
+    let sig = signature::signature(episodes, latency, explicit_slo);
     if sig.signature == Signature::None {
         return Classification {
             signature: sig.signature,

@@ -33,7 +33,17 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-pub fn signature(episodes: &[Episode], latency: &LatencyReport) -> SignatureResult {
+/// Fewest spike requests worth classifying (the percentile rules' 10).
+const MIN_SPIKES: u64 = 10;
+/// With the default threshold, spikes rarer than this do not reach p99.5:
+/// not a tail problem this run can characterise.
+const MIN_SPIKE_FRACTION: f64 = 0.005;
+
+pub fn signature(
+    episodes: &[Episode],
+    latency: &LatencyReport,
+    explicit_slo: bool,
+) -> SignatureResult {
     let none = |evidence: String| SignatureResult {
         signature: Signature::None,
         period_ms: None,
@@ -42,6 +52,21 @@ pub fn signature(episodes: &[Episode], latency: &LatencyReport) -> SignatureResu
     };
     if latency.spikes == 0 {
         return none("no request exceeded the spike threshold".into());
+    }
+    let fraction = latency.spikes as f64 / latency.summary.count.max(1) as f64;
+    if latency.spikes < MIN_SPIKES || (!explicit_slo && fraction < MIN_SPIKE_FRACTION) {
+        return none(format!(
+            "{} spike requests in {} episode(s) ({:.3}% of requests): too few to classify \
+             (needs ≥ {MIN_SPIKES}{}); run longer, or set --slo to analyse them",
+            latency.spikes,
+            episodes.len(),
+            fraction * 100.0,
+            if explicit_slo {
+                String::new()
+            } else {
+                " and ≥ 0.5% of requests".into()
+            }
+        ));
     }
     if let Some(load) = load_correlated(latency) {
         // Checked before "too few episodes": a sweep can show growth even

@@ -296,8 +296,8 @@ fn softirq_and_hardirq_time() {
     s.background(Counter::SoftIrqs, 100);
     s.background(Counter::SoftIrqNs, 100);
     for at in sporadic_times(8, 5) {
-        s.stall(at, 4 * MS);
-        for k in 0..4 {
+        s.stall(at, 8 * MS);
+        for k in 0..8 {
             s.events(at + k * MS, Counter::SoftIrqs, 20);
             s.events(at + k * MS, Counter::SoftIrqNs, 900 * US);
         }
@@ -307,8 +307,8 @@ fn softirq_and_hardirq_time() {
 
     let mut s = Synth::new(10_000.0, 5);
     for at in sporadic_times(8, 5) {
-        s.stall(at, 4 * MS);
-        for k in 0..4 {
+        s.stall(at, 8 * MS);
+        for k in 0..8 {
             s.events(at + k * MS, Counter::HardIrqs, 5);
             s.events(at + k * MS, Counter::HardIrqNs, 900 * US);
         }
@@ -320,15 +320,15 @@ fn softirq_and_hardirq_time() {
 fn major_faults_and_migrations() {
     let mut s = Synth::new(10_000.0, 5);
     for at in sporadic_times(8, 5) {
-        s.stall(at, 5 * MS);
-        s.events(at, Counter::PageFaultsMajor, 40);
+        s.stall(at, 8 * MS);
+        s.events(at, Counter::PageFaultsMajor, 70);
     }
     assert_eq!(top(&run(s)), "major_faults");
 
     let mut s = Synth::new(10_000.0, 5);
     for at in sporadic_times(8, 5) {
-        s.stall(at, 2 * MS);
-        s.events(at, Counter::Migrations, 60);
+        s.stall(at, 8 * MS);
+        s.events(at, Counter::Migrations, 300);
     }
     assert_eq!(top(&run(s)), "migrations");
 }
@@ -385,6 +385,26 @@ fn too_few_episodes_to_tell() {
     assert_eq!(a.classification.signature, Signature::None);
     assert!(
         a.classification.evidence.contains("not enough episodes"),
+        "{}",
+        a.classification.evidence
+    );
+    assert!(a.classification.causes.is_empty());
+}
+
+#[test]
+fn spikes_too_rare_to_reach_p995_claim_nothing() {
+    // 4 stalls of 2.5 ms at 10k req/s in 5 s: ~0.04% of requests.
+    let mut s = Synth::new(10_000.0, 5);
+    s.ordinary_sleeps(101);
+    for at in sporadic_times(4, 5) {
+        s.stall(at, 2_500 * US);
+        s.off(101, at, 2_500 * US, 0, true, "kworker");
+    }
+    let a = run(s);
+    assert_eq!(a.episodes.len(), 4);
+    assert_eq!(a.classification.signature, Signature::None);
+    assert!(
+        a.classification.evidence.contains("too few"),
         "{}",
         a.classification.evidence
     );

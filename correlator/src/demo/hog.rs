@@ -25,6 +25,9 @@ pub struct HogArgs {
     /// Spin without pauses (a continuous hog).
     #[arg(long)]
     pub continuous: bool,
+    /// Nice value (negative: the hog wins the CPU, as a busier neighbour would).
+    #[arg(long, default_value_t = -10, allow_hyphen_values = true)]
+    pub nice: i32,
 }
 
 /// xorshift64: deterministic pseudo-random timings, no dependency.
@@ -51,6 +54,8 @@ impl Rng {
 pub fn run(args: &HogArgs) -> Result<()> {
     set_name("demo-hog");
     pin(args.cpu)?;
+    // SAFETY: setpriority on this process; failure (not root) leaves nice 0.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, args.nice) };
     let mut rng = Rng::new(u64::from(std::process::id()) * 0x9e37_79b9);
     loop {
         let burst = if args.continuous {

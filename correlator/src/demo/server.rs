@@ -4,7 +4,12 @@
 //! time. Each cause is a real mechanism, not a sleep on the request path.
 
 use std::{
-    sync::{Arc, Mutex},
+    os::fd::AsRawFd as _,
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -14,7 +19,7 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
-use super::Scenario;
+use super::{Scenario, hog::Rng};
 use crate::workload::{pin, set_name};
 
 #[derive(Clone, Debug, clap::Args)]
@@ -33,9 +38,244 @@ pub struct DemoServerArgs {
     /// Memory the periodic sweep maps and touches, MiB.
     #[arg(long, default_value_t = 48)]
     pub sweep_mib: usize,
-    /// Fixed service cost per request (busy work) for the load scenario.
-    #[arg(long, default_value = "0us", value_parser = humantime::parse_duration)]
-    pub service: Duration,
+    /// Fixed service cost per request (busy work); the load scenario
+    /// defaults to 150 µs.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub service: Option<Duration>,
+    /// Mean time between injected events of the sporadic scenarios.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub every: Duration,
+    /// CPU for the injector thread (must not be the serving CPU).
+    #[arg(long, default_value_t = 0)]
+    pub injector_cpu: usize,
+    /// Directory for the major-fault scenario's file (on a disk, not tmpfs).
+    #[arg(long, default_value = "/var/tmp")]
+    pub file_dir: PathBuf,
+}
+
+/// What the injector asks the request path to do next.
+#[derive(Default)]
+struct Pending {
+    refault: AtomicBool,
+    reread: AtomicBool,
+    hop: AtomicBool,
+    burst: AtomicBool,
+}
+
+/// Memory, files and sockets the scenarios work on.
+struct Injected {
+    scenario: Scenario,
+    pending: Pending,
+    /// Anonymous working set (page-faults).
+    working_set: Option<Region>,
+    /// File mapping (major-faults).
+    file: Option<(std::fs::File, Region, PathBuf)>,
+    /// Loopback traffic (softirq): a UDP socket connected to itself.
+    udp: Option<std::net::UdpSocket>,
+    cpu: usize,
+    other_cpu: usize,
+}
+
+/// A mapping, as an address (so it can cross threads) and a length.
+struct Region {
+    addr: usize,
+    len: usize,
+}
+
+impl Region {
+    fn anonymous(len: usize) -> Option<Self> {
+        // SAFETY: anonymous private mapping, checked; lives for the process.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        (ptr != libc::MAP_FAILED).then(|| {
+            // SAFETY: ptr/len from mmap.
+            unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
+            Self {
+                addr: ptr as usize,
+                len,
+            }
+        })
+    }
+
+    /// Touches (reads or writes) every page.
+    fn touch(&self, write: bool) -> u64 {
+        let page = page_size();
+        let mut sum = 0u64;
+        for off in (0..self.len).step_by(page) {
+            let p = (self.addr + off) as *mut u8;
+            // SAFETY: within the mapping.
+            unsafe {
+                if write {
+                    p.write_volatile(1);
+                } else {
+                    sum += u64::from(p.read_volatile());
+                }
+            }
+        }
+        sum
+    }
+
+    /// Drops the pages (the next touch faults them back).
+    fn drop_pages(&self) {
+        // SAFETY: the mapping is ours; DONTNEED drops its pages.
+        unsafe {
+            libc::madvise(
+                self.addr as *mut libc::c_void,
+                self.len,
+                libc::MADV_DONTNEED,
+            )
+        };
+    }
+}
+
+impl Injected {
+    fn new(args: &DemoServerArgs) -> Result<Self> {
+        let mut me = Self {
+            scenario: args.scenario,
+            pending: Pending::default(),
+            working_set: None,
+            file: None,
+            udp: None,
+            cpu: args.cpu,
+            other_cpu: args.injector_cpu,
+        };
+        match args.scenario {
+            Scenario::PageFaults => {
+                let ws = Region::anonymous(48 << 20).context("cannot map the working set")?;
+                ws.touch(true);
+                me.working_set = Some(ws);
+            }
+            Scenario::MajorFaults => me.file = Some(mapped_file(&args.file_dir)?),
+            Scenario::Softirq => {
+                let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
+                s.connect(s.local_addr()?)?;
+                me.udp = Some(s);
+            }
+            _ => {}
+        }
+        Ok(me)
+    }
+
+    /// Called on the request path before each request.
+    fn on_request(&self) {
+        let p = &self.pending;
+        if p.refault.swap(false, Ordering::Relaxed)
+            && let Some(ws) = &self.working_set
+        {
+            ws.touch(true);
+        }
+        if p.reread.swap(false, Ordering::Relaxed)
+            && let Some((_, region, _)) = &self.file
+        {
+            std::hint::black_box(region.touch(false));
+        }
+        if p.hop.swap(false, Ordering::Relaxed) {
+            for i in 0..1_000 {
+                let _ = pin(if i % 2 == 0 { self.other_cpu } else { self.cpu });
+            }
+            let _ = pin(self.cpu);
+        }
+        if p.burst.swap(false, Ordering::Relaxed)
+            && let Some(s) = &self.udp
+        {
+            let payload = [0x5au8; 1024];
+            for _ in 0..6_000 {
+                let _ = s.send(&payload);
+            }
+        }
+    }
+
+    /// The injector: at random times (mean `every`), prepares the next event.
+    fn inject(&self, every: Duration, lock: &Mutex<()>) {
+        let mut rng = Rng::new(u64::from(std::process::id()) ^ 0x5eed);
+        let mean = u64::try_from(every.as_millis()).unwrap_or(500).max(10);
+        loop {
+            std::thread::sleep(Duration::from_millis(rng.range(mean * 3 / 5, mean * 7 / 5)));
+            let p = &self.pending;
+            match self.scenario {
+                Scenario::PageFaults => {
+                    if let Some(ws) = &self.working_set {
+                        ws.drop_pages();
+                    }
+                    p.refault.store(true, Ordering::Relaxed);
+                }
+                Scenario::MajorFaults => {
+                    if let Some((f, region, _)) = &self.file {
+                        region.drop_pages();
+                        // SAFETY: valid fd; drops the file's clean pages from the page cache.
+                        unsafe {
+                            libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
+                        };
+                    }
+                    p.reread.store(true, Ordering::Relaxed);
+                }
+                Scenario::Migrations => p.hop.store(true, Ordering::Relaxed),
+                Scenario::Softirq => p.burst.store(true, Ordering::Relaxed),
+                Scenario::Blocking => {
+                    let _held = lock
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    std::thread::sleep(Duration::from_millis(rng.range(10, 20)));
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
+impl Drop for Injected {
+    fn drop(&mut self) {
+        if let Some((_, _, path)) = &self.file {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A 6 MiB file on disk, mapped shared and read-only, without readahead
+/// (every page is its own major fault once evicted).
+fn mapped_file(dir: &std::path::Path) -> Result<(std::fs::File, Region, PathBuf)> {
+    use std::os::unix::fs::FileExt as _;
+    let path = dir.join(format!("correlator-demo-{}.dat", std::process::id()));
+    let len = 6 << 20;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    file.write_all_at(&vec![0xa5u8; len], 0)?;
+    file.sync_all()?;
+    // SAFETY: shared read-only mapping of our file, checked; lives for the process.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        anyhow::bail!("cannot map {}", path.display());
+    }
+    // SAFETY: ptr/len from mmap.
+    unsafe { libc::madvise(ptr, len, libc::MADV_RANDOM) };
+    let region = Region {
+        addr: ptr as usize,
+        len,
+    };
+    region.touch(false);
+    Ok((file, region, path))
 }
 
 fn page_size() -> usize {
@@ -85,15 +325,31 @@ fn spin(d: Duration) {
 
 pub fn run(args: &DemoServerArgs) -> Result<()> {
     set_name("demo-server");
+    let injected = Arc::new(Injected::new(args)?);
+    let lock = Arc::new(Mutex::new(()));
+    {
+        let (injected, lock, every, cpu) = (
+            Arc::clone(&injected),
+            Arc::clone(&lock),
+            args.every,
+            args.injector_cpu,
+        );
+        std::thread::Builder::new()
+            .name("demo-injector".into())
+            .spawn(move || {
+                let _ = pin(cpu);
+                injected.inject(every, &lock);
+            })?;
+    }
     pin(args.cpu)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    rt.block_on(serve(args.clone()))
+    rt.block_on(serve(args.clone(), injected, lock))
 }
 
-async fn serve(args: DemoServerArgs) -> Result<()> {
+async fn serve(args: DemoServerArgs, injected: Arc<Injected>, lock: Arc<Mutex<()>>) -> Result<()> {
     let listener = TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -101,7 +357,6 @@ async fn serve(args: DemoServerArgs) -> Result<()> {
     // Lets the caller know the server is ready (and where) before load starts.
     use std::io::Write as _;
     std::io::stdout().flush()?;
-    let lock = Arc::new(Mutex::new(()));
     if args.scenario == Scenario::Periodic {
         let (period, mib) = (args.period, args.sweep_mib);
         tokio::spawn(async move {
@@ -116,14 +371,24 @@ async fn serve(args: DemoServerArgs) -> Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        let (lock, service) = (Arc::clone(&lock), args.service);
+        let service = args.service.unwrap_or(if args.scenario == Scenario::Load {
+            Duration::from_micros(150)
+        } else {
+            Duration::ZERO
+        });
+        let (lock, injected) = (Arc::clone(&lock), Arc::clone(&injected));
         tokio::spawn(async move {
-            let _ = connection(stream, &lock, service).await;
+            let _ = connection(stream, &lock, &injected, service).await;
         });
     }
 }
 
-async fn connection(stream: TcpStream, lock: &Mutex<()>, service: Duration) -> std::io::Result<()> {
+async fn connection(
+    stream: TcpStream,
+    lock: &Mutex<()>,
+    injected: &Injected,
+    service: Duration,
+) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     let mut line = String::new();
@@ -147,10 +412,11 @@ async fn connection(stream: TcpStream, lock: &Mutex<()>, service: Duration) -> s
         }
         {
             // The request path needs this lock (the blocking scenario's
-            // other thread holds it at times).
+            // injector holds it at times).
             let _held = lock
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            injected.on_request();
             spin(service);
         }
         out.extend_from_slice(if http {

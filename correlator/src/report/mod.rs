@@ -101,6 +101,13 @@ impl Report {
             ));
         }
         let duration_s = run.duration_ns() as f64 / 1e9;
+        if latency_report.late_sends > 0 {
+            notes.push(format!(
+                "{} slow requests were sent late by the load generator (most of their latency passed \
+                 before the send): its own lateness, not counted as server spikes",
+                latency_report.late_sends
+            ));
+        }
         notes.push(format!(
             "the run lasted {duration_s:.1} s: it says nothing about events rarer than that"
         ));

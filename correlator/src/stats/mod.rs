@@ -1,0 +1,372 @@
+//! Statistics for comparing two measurements, and nothing else computes a
+//! p-value for experiments. Pure functions, checked against scipy reference
+//! values (tests/fixtures) and by simulation.
+//!
+//! The procedure (../shared/notes/measurement-rules.md): one value per
+//! repetition; Mann-Whitney U, two-sided (its null is stochastic equality,
+//! not equal medians); a bootstrap 95% CI for the relative change; several
+//! percentiles tested at once → Bonferroni; a minimum meaningful change.
+
+use serde::Serialize;
+
+/// How a p-value was computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// The exact null distribution of U (small samples without ties).
+    Exact,
+    /// Normal approximation with tie correction and continuity correction.
+    Asymptotic,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct MannWhitney {
+    /// U of the first sample (scipy's `statistic`).
+    pub u: f64,
+    pub p_value: f64,
+    pub method: Method,
+}
+
+/// Ranks with ties averaged, and the tie-group sizes.
+fn ranks(all: &[f64]) -> (Vec<f64>, Vec<usize>) {
+    let mut idx: Vec<usize> = (0..all.len()).collect();
+    idx.sort_by(|&a, &b| all[a].total_cmp(&all[b]));
+    let mut ranks = vec![0.0; all.len()];
+    let mut ties = Vec::new();
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && all[idx[j + 1]] == all[idx[i]] {
+            j += 1;
+        }
+        let avg = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &idx[i..=j] {
+            ranks[k] = avg;
+        }
+        if j > i {
+            ties.push(j - i + 1);
+        }
+        i = j + 1;
+    }
+    (ranks, ties)
+}
+
+/// Number of ways to get each U for samples of sizes m ≤ n (no ties):
+/// the coefficients of the Gaussian binomial, by the standard recurrence.
+fn u_frequencies(m: usize, n: usize) -> Vec<f64> {
+    // f[i][j][u] over i of the first sample, j of the second; rolled by i.
+    let max_u = m * n;
+    // dp[j] = distribution for (i, j) as a vector over u.
+    let mut prev: Vec<Vec<f64>> = (0..=n).map(|_| vec![1.0]).collect();
+    for i in 1..=m {
+        let mut cur: Vec<Vec<f64>> = vec![vec![1.0]; n + 1];
+        for j in 1..=n {
+            // f(i, j, u) = f(i-1, j, u - j) + f(i, j-1, u)
+            let len = i * j + 1;
+            let mut v = vec![0.0; len];
+            for (u, slot) in v.iter_mut().enumerate() {
+                let a = u
+                    .checked_sub(j)
+                    .and_then(|k| prev[j].get(k))
+                    .copied()
+                    .unwrap_or(0.0);
+                let b = cur[j - 1].get(u).copied().unwrap_or(0.0);
+                *slot = a + b;
+            }
+            cur[j] = v;
+        }
+        prev = cur;
+    }
+    let mut f = prev[n].clone();
+    f.resize(max_u + 1, 0.0);
+    f
+}
+
+/// Standard normal survival function, 1 − Φ(z).
+pub fn norm_sf(z: f64) -> f64 {
+    0.5 * erfc(z / std::f64::consts::SQRT_2)
+}
+
+/// Complementary error function: the Taylor series of erf below 2, a
+/// continued fraction above (the usual short approximations are only good
+/// to ~1e-7 relative, not enough for small p-values).
+fn erfc(x: f64) -> f64 {
+    if x < 0.0 {
+        return 2.0 - erfc(-x);
+    }
+    if x < 2.0 {
+        // erf series: erf(x) = 2/√π Σ (-1)^n x^(2n+1) / (n! (2n+1))
+        let mut sum = 0.0;
+        let mut term = x;
+        let mut n = 0.0;
+        // Converges in < 60 terms for |x| < 2; the bound also ends x = 0.
+        while n < 200.0 {
+            let add = term / (2.0 * n + 1.0);
+            sum += add;
+            n += 1.0;
+            term *= -x * x / n;
+            if add.abs() <= 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        1.0 - 2.0 / std::f64::consts::PI.sqrt() * sum
+    } else {
+        // Continued fraction (Lentz) for erfc.
+        const TINY: f64 = 1e-300;
+        let mut f = x;
+        let mut c = x;
+        let mut d = 0.0;
+        for i in 1..500 {
+            let a = i as f64 / 2.0;
+            d = x + a * d;
+            d = if d.abs() < TINY { TINY } else { d };
+            c = x + a / c;
+            c = if c.abs() < TINY { TINY } else { c };
+            d = 1.0 / d;
+            let delta = c * d;
+            f *= delta;
+            if (delta - 1.0).abs() < 1e-16 {
+                break;
+            }
+        }
+        (-x * x).exp() / (f * std::f64::consts::PI.sqrt())
+    }
+}
+
+/// Mann-Whitney U test, two-sided, with an explicit method.
+pub fn mann_whitney_with(a: &[f64], b: &[f64], method: Method) -> MannWhitney {
+    let (n1, n2) = (a.len(), b.len());
+    let all: Vec<f64> = a.iter().chain(b).copied().collect();
+    let (r, ties) = ranks(&all);
+    let r1: f64 = r[..n1].iter().sum();
+    let u1 = r1 - (n1 * (n1 + 1)) as f64 / 2.0;
+    let u2 = (n1 * n2) as f64 - u1;
+    let u = u1.max(u2);
+    let p = match method {
+        Method::Exact => {
+            let f = u_frequencies(n1.min(n2), n1.max(n2));
+            let total: f64 = f.iter().sum();
+            let k = u.round() as usize;
+            let sf: f64 = f.iter().skip(k).sum::<f64>() / total;
+            2.0 * sf
+        }
+        Method::Asymptotic => {
+            let (n1f, n2f) = (n1 as f64, n2 as f64);
+            let n = n1f + n2f;
+            let tie_term: f64 = ties.iter().map(|&t| (t * t * t - t) as f64).sum();
+            let s = (n1f * n2f / 12.0 * ((n + 1.0) - tie_term / (n * (n - 1.0)))).sqrt();
+            let z = (u - n1f * n2f / 2.0 - 0.5) / s;
+            2.0 * norm_sf(z)
+        }
+    };
+    MannWhitney {
+        u: u1,
+        p_value: p.clamp(0.0, 1.0),
+        method,
+    }
+}
+
+/// Mann-Whitney U test, two-sided: exact for small samples (either ≤ 8)
+/// without ties, the tie-corrected normal approximation otherwise (scipy's
+/// `method="auto"` rule).
+pub fn mann_whitney(a: &[f64], b: &[f64]) -> MannWhitney {
+    let all: Vec<f64> = a.iter().chain(b).copied().collect();
+    let has_ties = !ranks(&all).1.is_empty();
+    let method = if (a.len() <= 8 || b.len() <= 8) && !has_ties {
+        Method::Exact
+    } else {
+        Method::Asymptotic
+    };
+    mann_whitney_with(a, b, method)
+}
+
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// A small, seeded generator (SplitMix64): bootstrap results reproduce.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, n).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ChangeCi {
+    /// Relative change of the median, B vs A, in percent.
+    pub change_pct: f64,
+    pub ci_low_pct: f64,
+    pub ci_high_pct: f64,
+}
+
+/// Bootstrap 95% CI (percentile method) of the relative change of the
+/// median from `a` to `b`, resampling each independently with replacement.
+pub fn bootstrap_change(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> ChangeCi {
+    let (ma, mb) = (median(a), median(b));
+    let change_pct = (mb - ma) / ma * 100.0;
+    let mut rng = Rng::new(seed);
+    let mut buf_a = vec![0.0; a.len()];
+    let mut buf_b = vec![0.0; b.len()];
+    let mut changes: Vec<f64> = (0..resamples)
+        .map(|_| {
+            for x in buf_a.iter_mut() {
+                *x = a[rng.below(a.len())];
+            }
+            for x in buf_b.iter_mut() {
+                *x = b[rng.below(b.len())];
+            }
+            let (ra, rb) = (median(&buf_a), median(&buf_b));
+            (rb - ra) / ra * 100.0
+        })
+        .filter(|c| c.is_finite())
+        .collect();
+    changes.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        changes
+            .get(((changes.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    ChangeCi {
+        change_pct,
+        ci_low_pct: q(0.025),
+        ci_high_pct: q(0.975),
+    }
+}
+
+/// The verdict in the words of the procedure. Lower is better (latency).
+pub fn verdict(p_value: f64, alpha: f64, ci: &ChangeCi, min_change_pct: f64) -> String {
+    if p_value >= alpha {
+        return "no significant difference".into();
+    }
+    if ci.change_pct.abs() < min_change_pct {
+        return "significant but below the minimum meaningful change".into();
+    }
+    let what = if ci.change_pct < 0.0 {
+        "improvement"
+    } else {
+        "regression"
+    };
+    format!(
+        "{what} {:.1}% (95% CI {:.1}%..{:.1}%)",
+        ci.change_pct.abs(),
+        ci.ci_low_pct,
+        ci.ci_high_pct
+    )
+}
+
+/// Per-test α when `tests` are made at once (Bonferroni).
+pub fn bonferroni(alpha: f64, tests: usize) -> f64 {
+    alpha / tests.max(1) as f64
+}
+
+/// Reads one number per line (blank lines and `#` comments skipped).
+pub fn read_samples(path: &std::path::Path) -> anyhow::Result<Vec<f64>> {
+    use anyhow::Context as _;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let v: f64 = t
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{}:{}: {t:?} is not a number", path.display(), i + 1))?;
+        if !v.is_finite() {
+            anyhow::bail!("{}:{}: {t:?} is not a finite number", path.display(), i + 1);
+        }
+        out.push(v);
+    }
+    if out.len() < 2 {
+        anyhow::bail!(
+            "{}: need at least 2 samples, found {}",
+            path.display(),
+            out.len()
+        );
+    }
+    Ok(out)
+}
+
+/// `correlator compare`: two sample sets, the whole procedure.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    pub schema: &'static str,
+    pub n_a: usize,
+    pub n_b: usize,
+    pub u: f64,
+    pub p_value: f64,
+    pub method: Method,
+    pub median_a: f64,
+    pub median_b: f64,
+    pub change_pct: f64,
+    pub ci_low_pct: f64,
+    pub ci_high_pct: f64,
+    pub alpha: f64,
+    pub min_change_pct: f64,
+    pub verdict: String,
+    pub notes: Vec<String>,
+}
+
+pub fn compare(a: &[f64], b: &[f64], alpha: f64, min_change_pct: f64, seed: u64) -> Comparison {
+    let mw = mann_whitney(a, b);
+    let ci = bootstrap_change(a, b, 10_000, seed);
+    let mut notes = Vec::new();
+    if a.len() < 9 || b.len() < 9 {
+        notes.push(
+            "fewer than 9 values per side: the U test has little power; collect ≥ 20 repetitions"
+                .into(),
+        );
+    }
+    notes.push("Mann-Whitney's null is stochastic equality, not equal medians".into());
+    Comparison {
+        schema: "correlator.compare/v1",
+        n_a: a.len(),
+        n_b: b.len(),
+        u: mw.u,
+        p_value: mw.p_value,
+        method: mw.method,
+        median_a: median(a),
+        median_b: median(b),
+        change_pct: ci.change_pct,
+        ci_low_pct: ci.ci_low_pct,
+        ci_high_pct: ci.ci_high_pct,
+        alpha,
+        min_change_pct,
+        verdict: verdict(mw.p_value, alpha, &ci, min_change_pct),
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -166,6 +166,18 @@ pub enum Command {
     /// A CPU-bound neighbour in random bursts, pinned to one CPU.
     #[command(hide = true)]
     DemoHog(crate::demo::hog::HogArgs),
+    /// Benchmark helper: write a large synthetic run file (with latency).
+    #[command(hide = true)]
+    SynthRun {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long, default_value_t = 3_000_000)]
+        requests: u64,
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+    },
     /// Benchmark helper: peak memory of the latency recorder over a long synthetic run.
     #[command(hide = true)]
     Memcheck {

@@ -113,6 +113,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             rate,
             json,
         } => return demo_cmd(&scenario, out, duration, rate, json.as_deref()),
+        Command::SynthRun {
+            out,
+            seconds,
+            requests,
+            events,
+        } => correlator::analysis::synthetic::run(seconds, requests, events).save(&out)?,
         Command::Memcheck { rate, seconds } => {
             let rec = loadgen::recorder::synthetic_run(rate, seconds);
             println!(

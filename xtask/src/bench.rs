@@ -28,6 +28,9 @@ pub enum Bench {
         #[arg(long, default_value_t = 200_000)]
         loops: u64,
     },
+    /// Analysis: a 60 s run with 3 M requests and 10 M kernel events,
+    /// analysed by `correlator report` (time and peak memory).
+    Analysis,
     /// Load generator: highest rate kept with send-slip p99 ≤ 50 µs against a
     /// trivial server; correlator vs wrk against a stalling server; memory
     /// of 10 minutes at 50k req/s.
@@ -38,6 +41,7 @@ pub fn run(which: Bench) -> Result<()> {
     match which {
         Bench::Probes { reps, loops } => probes(reps, loops),
         Bench::Loadgen => crate::bench_loadgen::run(),
+        Bench::Analysis => analysis(),
     }
 }
 
@@ -365,4 +369,50 @@ fn fdinfo_costs(pid: u32) -> Vec<(String, u64, u64)> {
         ));
     }
     out
+}
+
+fn analysis() -> Result<()> {
+    let bin = build_release()?;
+    let dir = workspace_root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let run_file = dir.join("synthetic-60s.run");
+    crate::run(
+        Command::new(&bin)
+            .args([
+                "synth-run",
+                "--seconds",
+                "60",
+                "--requests",
+                "3000000",
+                "--events",
+                "10000000",
+                "--out",
+            ])
+            .arg(&run_file),
+    )?;
+    let size = std::fs::metadata(&run_file)?.len();
+    println!(
+        "\nsynthetic run: 60 s, 3,000,000 requests, 10,000,000 kernel events ({:.1} MiB run file)",
+        size as f64 / 1048576.0
+    );
+    for rep in 0..3 {
+        let start = Instant::now();
+        let child = Command::new(&bin)
+            .arg("report")
+            .arg(&run_file)
+            .arg("--out")
+            .arg(dir.join("synthetic-report.json"))
+            .stdout(Stdio::null())
+            .spawn()?;
+        let (ok, usage) = wait4(child.id())?;
+        if !ok {
+            bail!("correlator report failed");
+        }
+        println!(
+            "  rep {rep}: correlator report (read + analyse + write) {:.2} s, peak RSS {} MiB",
+            start.elapsed().as_secs_f64(),
+            usage.ru_maxrss / 1024
+        );
+    }
+    Ok(())
 }

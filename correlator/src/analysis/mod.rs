@@ -13,6 +13,7 @@ pub mod episodes;
 pub mod kernel;
 pub mod poisson;
 mod signature;
+pub mod synthetic;
 
 use std::collections::BTreeMap;
 

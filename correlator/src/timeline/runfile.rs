@@ -304,10 +304,17 @@ impl RunFile {
     pub fn load(path: &Path) -> Result<Self> {
         let text = fs::read_to_string(path)
             .with_context(|| format!("cannot read run file {}", path.display()))?;
-        let probe: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+        // Check the schema first (a small struct: serde skips the rest) so a
+        // wrong file gets a precise message, then parse once, straight into
+        // the run file (no intermediate JSON tree: run files can be large).
+        #[derive(Deserialize)]
+        struct Probe {
+            schema: Option<String>,
+        }
+        let probe: Probe = serde_json::from_str(&text).with_context(|| {
             format!("{} is not a correlator run file (not JSON)", path.display())
         })?;
-        match probe.get("schema").and_then(|s| s.as_str()) {
+        match probe.schema.as_deref() {
             Some(SCHEMA) => {}
             Some(other) => bail!(
                 "{} has schema {other}; this correlator reads {SCHEMA}",
@@ -318,7 +325,7 @@ impl RunFile {
                 path.display()
             ),
         }
-        serde_json::from_value(probe)
+        serde_json::from_str(&text)
             .with_context(|| format!("{} is a malformed {SCHEMA} run file", path.display()))
     }
 }

@@ -113,6 +113,18 @@ pub enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Isolate and re-measure: change one candidate cause (a knob) and judge whether the tail moved.
+    #[command(
+        long_about = "Runs --reps repetitions of A (baseline) and B (the knob applied), interleaved \
+                      ABAB… (or --order random), each a short open-loop load run whose warm-up is \
+                      discarded; compares p50/p99/p99.9 with Mann-Whitney U (Bonferroni), a \
+                      bootstrap 95% CI of the change, and an A/A floor from the baseline runs.\n\n\
+                      Knobs: thp=never|madvise|always, pin=CPULIST, irq-affinity=IRQ:CPULIST, \
+                      stop=PID, probes=off; or --apply CMD --revert CMD. Every change is restored on \
+                      success, error, Ctrl-C, SIGTERM and panic, and recorded in --state-file first: \
+                      after a SIGKILL, `correlator experiment --restore` undoes it."
+    )]
+    Experiment(ExperimentArgs),
     /// Compare two sets of measurements (one number per line): U test, bootstrap CI, verdict.
     Compare {
         /// Baseline values (e.g. p99 per repetition).
@@ -328,4 +340,65 @@ pub struct LatencyArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum RepOrder {
+    Interleaved,
+    Random,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExperimentArgs {
+    /// Undo a killed experiment from its state file, and exit.
+    #[arg(long)]
+    pub restore: bool,
+    /// Server process.
+    #[arg(long, short, required_unless_present = "restore")]
+    pub pid: Option<u32>,
+    /// Load target URL (http://, redis://, memcache://, tcp://).
+    #[arg(long, required_unless_present = "restore")]
+    pub load: Option<String>,
+    /// Offered rate, requests per second.
+    #[arg(long, short, default_value_t = 5000.0)]
+    pub rate: f64,
+    /// The one variable changed for B: thp=…, pin=…, irq-affinity=IRQ:CPUS, stop=PID, probes=off.
+    #[arg(long, conflicts_with_all = ["apply", "revert"])]
+    pub knob: Option<String>,
+    /// A user command that applies the change (with --revert).
+    #[arg(long, requires = "revert")]
+    pub apply: Option<String>,
+    /// The user command that undoes --apply.
+    #[arg(long, requires = "apply")]
+    pub revert: Option<String>,
+    /// Repetitions per arm (≥ 9 for the U test; 20 is better).
+    #[arg(long, default_value_t = 10)]
+    pub reps: usize,
+    /// Length of one repetition's load run.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    pub rep_duration: Duration,
+    /// Start of each repetition discarded.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
+    #[arg(long, value_enum, default_value = "interleaved")]
+    pub order: RepOrder,
+    /// Seed for the random order and the bootstrap.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
+    /// Minimum meaningful change in percent (default: the A/A floor).
+    #[arg(long)]
+    pub min_change: Option<f64>,
+    /// Result JSON (schema correlator.experiment/v1).
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    /// HTML with a per-repetition dot plot.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// Where the original settings are recorded while a knob is applied.
+    #[arg(long, default_value = "/tmp/correlator-experiment.state")]
+    pub state_file: PathBuf,
 }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod clock;
 pub mod demo;
 pub mod doctor;
+pub mod experiment;
 pub mod latency;
 pub mod loadgen;
 pub mod probes;

@@ -76,6 +76,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => run_cmd(&args)?,
         Command::Report(args) => report_cmd(&args)?,
         Command::Merge { runs, json } => merge_cmd(&runs, json)?,
+        Command::Experiment(args) => experiment_cmd(&args)?,
         Command::Compare {
             a,
             b,
@@ -441,4 +442,68 @@ fn demo_cmd(
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn experiment_cmd(args: &correlator::cli::ExperimentArgs) -> Result<()> {
+    use correlator::experiment::{self, knobs::Knob};
+    if args.restore {
+        println!("{}", experiment::restore_from(&args.state_file)?);
+        return Ok(());
+    }
+    let (Some(pid), Some(url)) = (args.pid, args.load.as_deref()) else {
+        anyhow::bail!("--pid and --load are required");
+    };
+    let knob = match (&args.knob, &args.apply, &args.revert) {
+        (Some(k), _, _) => Knob::parse(k)?,
+        (None, Some(apply), Some(revert)) => Knob::Command {
+            apply: apply.clone(),
+            revert: revert.clone(),
+        },
+        _ => anyhow::bail!("give --knob NAME=VALUE, or --apply CMD --revert CMD"),
+    };
+    let spec = LoadSpec {
+        rate: vec![args.rate],
+        duration: args.rep_duration,
+        warmup: args.warmup,
+        connections: args.connections,
+        timeout: std::time::Duration::from_secs(2),
+        closed_loop: false,
+        rt_pacer: false,
+        load_cpus: None,
+        op: Op::Ping,
+        keys: 10_000,
+        value_size: 64,
+    };
+    let mut load = load_options(url, &spec)?;
+    load.cpus = correlator::run::cpus_away_from(pid);
+    let opts = experiment::ExperimentOptions {
+        pid,
+        load,
+        knob,
+        reps: args.reps,
+        random_order: matches!(args.order, correlator::cli::RepOrder::Random).then_some(args.seed),
+        alpha: args.alpha,
+        min_change_pct: args.min_change,
+        state_file: args.state_file.clone(),
+        seed: args.seed,
+    };
+    let result = experiment::run(&opts, |i, rep| {
+        eprintln!(
+            "  rep {:>2} {:?}: {} samples, p50 {}, p99 {}, p99.9 {}",
+            i + 1,
+            rep.arm,
+            rep.count,
+            rep.p50_ns.map_or("-".into(), correlator::latency::fmt_ns),
+            rep.p99_ns.map_or("-".into(), correlator::latency::fmt_ns),
+            rep.p999_ns.map_or("-".into(), correlator::latency::fmt_ns)
+        );
+    })?;
+    print!("{}", experiment::text(&result));
+    if let Some(p) = &args.out {
+        std::fs::write(p, serde_json::to_string_pretty(&result)?)?;
+    }
+    if let Some(p) = &args.html {
+        std::fs::write(p, experiment::html(&result))?;
+    }
+    Ok(())
 }

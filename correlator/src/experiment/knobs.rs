@@ -1,0 +1,277 @@
+//! Knobs: one system setting an experiment changes, with what it was before,
+//! so it can be put back on every exit path (and from a state file after a
+//! SIGKILL: `correlator experiment --restore`).
+
+use std::{fs, path::Path};
+
+use anyhow::{Context as _, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::{target::Target, workload::parse_cpu_list};
+
+const THP: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+
+/// The one variable an experiment changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Knob {
+    /// Transparent huge pages mode.
+    Thp(String),
+    /// Affinity of all the target's threads.
+    Pin(Vec<usize>),
+    /// Affinity of one IRQ.
+    IrqAffinity { irq: u32, cpus: String },
+    /// SIGSTOP a neighbour for the treatment, SIGCONT after.
+    Stop(u32),
+    /// correlator's own probes detached for the treatment (attached for the baseline).
+    ProbesOff,
+    /// A pair of user commands.
+    Command { apply: String, revert: String },
+}
+
+impl Knob {
+    /// Parses `thp=never`, `pin=0-1`, `irq-affinity=24:1`, `stop=PID`, `probes=off`.
+    pub fn parse(s: &str) -> Result<Self> {
+        let (k, v) = s.split_once('=').with_context(|| {
+            format!(
+                "knob {s:?}: expected NAME=VALUE (thp=, pin=, irq-affinity=, stop=, probes=off)"
+            )
+        })?;
+        Ok(match k {
+            "thp" if ["never", "madvise", "always"].contains(&v) => Knob::Thp(v.into()),
+            "thp" => bail!("knob thp={v}: expected never, madvise or always"),
+            "pin" => Knob::Pin(
+                parse_cpu_list(v)
+                    .filter(|c| !c.is_empty())
+                    .with_context(|| format!("knob pin={v}: expected a CPU list like 0 or 0-3"))?,
+            ),
+            "irq-affinity" => {
+                let (irq, cpus) = v
+                    .split_once(':')
+                    .with_context(|| format!("knob irq-affinity={v}: expected IRQ:CPULIST"))?;
+                Knob::IrqAffinity {
+                    irq: irq
+                        .parse()
+                        .with_context(|| format!("knob irq-affinity: bad IRQ {irq:?}"))?,
+                    cpus: cpus.into(),
+                }
+            }
+            "stop" => Knob::Stop(
+                v.parse()
+                    .with_context(|| format!("knob stop={v}: expected a PID"))?,
+            ),
+            "probes" if v == "off" => Knob::ProbesOff,
+            other => bail!("unknown knob {other:?}: one of thp, pin, irq-affinity, stop, probes"),
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Knob::Thp(m) => format!("THP {m}"),
+            Knob::Pin(c) => format!("server pinned to CPUs {c:?}"),
+            Knob::IrqAffinity { irq, cpus } => format!("IRQ {irq} on CPUs {cpus}"),
+            Knob::Stop(pid) => format!("PID {pid} stopped"),
+            Knob::ProbesOff => "correlator's probes detached".into(),
+            Knob::Command { apply, .. } => format!("`{apply}`"),
+        }
+    }
+}
+
+/// What a knob changed, and how to put it back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Saved {
+    Thp { previous: String },
+    Pin { threads: Vec<(u32, Vec<usize>)> },
+    IrqAffinity { irq: u32, previous: String },
+    Stop { pid: u32 },
+    Command { revert: String },
+    Nothing,
+}
+
+fn thp_mode() -> Result<String> {
+    let text = fs::read_to_string(THP)
+        .with_context(|| format!("cannot read {THP}: no THP on this kernel"))?;
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
+        .map(str::to_string)
+        .with_context(|| format!("cannot parse {THP}: {text:?}"))
+}
+
+fn get_affinity(tid: u32) -> Result<Vec<usize>> {
+    // SAFETY: zeroed cpu_set_t is valid output storage.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer and size.
+    let rc = unsafe {
+        libc::sched_getaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), &mut set)
+    };
+    if rc != 0 {
+        bail!(
+            "sched_getaffinity({tid}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: reading a set filled by the kernel.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+fn set_affinity(tid: u32, cpus: &[usize]) -> Result<()> {
+    // SAFETY: zeroed cpu_set_t is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: c < CPU_SETSIZE (from parse or from the kernel).
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: valid set.
+    let rc =
+        unsafe { libc::sched_setaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        bail!(
+            "sched_setaffinity({tid}, {cpus:?}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+fn signal(pid: u32, sig: libc::c_int) -> Result<()> {
+    // SAFETY: kill(2) with a plain signal number.
+    if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
+        bail!("kill({pid}, {sig}): {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn shell(cmd: &str) -> Result<()> {
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .status()
+        .with_context(|| format!("cannot run `{cmd}`"))?;
+    if !status.success() {
+        bail!("`{cmd}` failed: {status}");
+    }
+    Ok(())
+}
+
+/// Applies the knob; returns what it changed.
+pub fn apply(knob: &Knob, target: &Target) -> Result<Saved> {
+    Ok(match knob {
+        Knob::Thp(mode) => {
+            let previous = thp_mode()?;
+            fs::write(THP, mode).with_context(|| format!("cannot write {THP} (needs root)"))?;
+            Saved::Thp { previous }
+        }
+        Knob::Pin(cpus) => {
+            let mut threads = Vec::new();
+            for (_, tid) in target.threads(false) {
+                let before = get_affinity(tid)?;
+                set_affinity(tid, cpus)?;
+                threads.push((tid, before));
+            }
+            Saved::Pin { threads }
+        }
+        Knob::IrqAffinity { irq, cpus } => {
+            let path = format!("/proc/irq/{irq}/smp_affinity_list");
+            let previous =
+                fs::read_to_string(&path).with_context(|| format!("no IRQ {irq} ({path})"))?;
+            fs::write(&path, cpus).with_context(|| {
+                format!("cannot write {path} (needs root; some IRQs cannot move)")
+            })?;
+            Saved::IrqAffinity {
+                irq: *irq,
+                previous: previous.trim().into(),
+            }
+        }
+        Knob::Stop(pid) => {
+            signal(*pid, libc::SIGSTOP)?;
+            Saved::Stop { pid: *pid }
+        }
+        Knob::ProbesOff => Saved::Nothing,
+        Knob::Command { apply, revert } => {
+            shell(apply)?;
+            Saved::Command {
+                revert: revert.clone(),
+            }
+        }
+    })
+}
+
+/// Puts back what `apply` changed. The error names the manual command.
+pub fn restore(saved: &Saved) -> Result<()> {
+    let manual = |cmd: String, e: anyhow::Error| {
+        anyhow::anyhow!("RESTORE FAILED ({e:#}); do it by hand: {cmd}")
+    };
+    match saved {
+        Saved::Thp { previous } => fs::write(THP, previous)
+            .map_err(|e| manual(format!("echo {previous} > {THP}"), e.into())),
+        Saved::Pin { threads } => {
+            for (tid, cpus) in threads {
+                // A thread that exited meanwhile needs nothing.
+                if Path::new(&format!("/proc/{tid}")).exists() {
+                    let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+                    set_affinity(*tid, cpus).map_err(|e| {
+                        manual(format!("taskset -p -c {} {tid}", list.join(",")), e)
+                    })?;
+                }
+            }
+            Ok(())
+        }
+        Saved::IrqAffinity { irq, previous } => {
+            let path = format!("/proc/irq/{irq}/smp_affinity_list");
+            fs::write(&path, previous)
+                .map_err(|e| manual(format!("echo {previous} > {path}"), e.into()))
+        }
+        Saved::Stop { pid } => {
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                signal(*pid, libc::SIGCONT).map_err(|e| manual(format!("kill -CONT {pid}"), e))?;
+            }
+            Ok(())
+        }
+        Saved::Command { revert } => shell(revert).map_err(|e| manual(revert.clone(), e)),
+        Saved::Nothing => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_knobs() {
+        assert_eq!(
+            Knob::parse("thp=never").expect("thp"),
+            Knob::Thp("never".into())
+        );
+        assert_eq!(Knob::parse("pin=0-1").expect("pin"), Knob::Pin(vec![0, 1]));
+        assert_eq!(Knob::parse("stop=42").expect("stop"), Knob::Stop(42));
+        assert_eq!(Knob::parse("probes=off").expect("probes"), Knob::ProbesOff);
+        assert_eq!(
+            Knob::parse("irq-affinity=24:1").expect("irq"),
+            Knob::IrqAffinity {
+                irq: 24,
+                cpus: "1".into()
+            }
+        );
+        for bad in [
+            "thp=sometimes",
+            "pin=",
+            "stop=x",
+            "nice=5",
+            "probes=on",
+            "thp",
+        ] {
+            assert!(Knob::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn saved_state_roundtrips() {
+        let s = Saved::Pin {
+            threads: vec![(5, vec![0, 1])],
+        };
+        let text = serde_json::to_string(&s).expect("json");
+        assert_eq!(serde_json::from_str::<Saved>(&text).expect("back"), s);
+    }
+}

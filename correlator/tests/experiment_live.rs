@@ -1,0 +1,233 @@
+//! `correlator experiment` on live processes: a CPU hog stopped for B is an
+//! improvement of p99 with a CI excluding zero; an A/A run finds nothing;
+//! knob settings are restored after Ctrl-C and, via the state file and
+//! `--restore`, after SIGKILL. Needs root (fails, not skips, with CI=true).
+
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{BIN, live_or_skip, scratch};
+use serde_json::Value;
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn demo_server() -> (Proc, String) {
+    let mut child = Command::new(BIN)
+        .args(["demo-server", "--scenario", "none", "--cpu", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("demo-server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("listening line");
+    let addr = line.trim().rsplit(' ').next().expect("addr").to_string();
+    (Proc(child), addr)
+}
+
+fn experiment(pid: u32, addr: &str, extra: &[&str], out: &std::path::Path) -> Value {
+    let status = Command::new(BIN)
+        .args([
+            "experiment",
+            "--pid",
+            &pid.to_string(),
+            "--load",
+            &format!("tcp://{addr}"),
+        ])
+        .args(["--rate", "4000", "--reps", "9", "--rep-duration", "2s"])
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .stdout(Stdio::null())
+        .status()
+        .expect("experiment");
+    assert!(status.success());
+    serde_json::from_str(&std::fs::read_to_string(out).expect("result")).expect("json")
+}
+
+fn test_for(r: &Value, p: f64) -> &Value {
+    r["tests"]
+        .as_array()
+        .expect("tests")
+        .iter()
+        .find(|t| t["percentile"].as_f64() == Some(p))
+        .unwrap_or_else(|| panic!("no p{p} test in {r}"))
+}
+
+fn affinity(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("affinity")
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn stopping_a_cpu_hog_improves_p99() {
+    if !live_or_skip("stopping_a_cpu_hog_improves_p99") {
+        return;
+    }
+    let dir = scratch("exp-stop");
+    let (server, addr) = demo_server();
+    let hog = Proc(
+        Command::new(BIN)
+            .args(["demo-hog", "--cpu", "1", "--continuous"])
+            .spawn()
+            .expect("hog"),
+    );
+    let hog_pid = hog.0.id();
+    let r = experiment(
+        server.0.id(),
+        &addr,
+        &["--knob", &format!("stop={hog_pid}")],
+        &dir.join("r.json"),
+    );
+    let t = test_for(&r, 99.0);
+    eprintln!("{t}");
+    assert!(
+        t["verdict"]
+            .as_str()
+            .expect("verdict")
+            .starts_with("improvement"),
+        "{t}"
+    );
+    assert!(
+        t["ci_high_pct"].as_f64().expect("ci") < 0.0,
+        "CI must exclude zero: {t}"
+    );
+    assert!(t["p_value"].as_f64().expect("p") < t["alpha"].as_f64().expect("alpha"));
+    // The hog runs again (SIGCONT on restore).
+    let state = std::fs::read_to_string(format!("/proc/{hog_pid}/status")).expect("hog status");
+    assert!(!state.contains("State:\tT"), "hog left stopped");
+}
+
+#[test]
+fn aa_experiment_finds_no_difference() {
+    if !live_or_skip("aa_experiment_finds_no_difference") {
+        return;
+    }
+    let dir = scratch("exp-aa");
+    let (server, addr) = demo_server();
+    // α = 0.01 (0.005 per percentile after Bonferroni): an A/A test is
+    // significant in α of runs by construction; this keeps that to 1 in 200.
+    let r = experiment(
+        server.0.id(),
+        &addr,
+        &["--apply", "true", "--revert", "true", "--alpha", "0.01"],
+        &dir.join("aa.json"),
+    );
+    let t = test_for(&r, 99.0);
+    eprintln!("{t}");
+    assert_eq!(t["verdict"], "no significant difference", "{t}");
+}
+
+/// Starts an experiment that pins the server to CPU 0 for B; returns once a
+/// B repetition is under way (the state file exists).
+fn start_pinning_experiment(pid: u32, addr: &str, state: &std::path::Path) -> Child {
+    let child = Command::new(BIN)
+        .args([
+            "experiment",
+            "--pid",
+            &pid.to_string(),
+            "--load",
+            &format!("tcp://{addr}"),
+        ])
+        .args([
+            "--rate",
+            "2000",
+            "--reps",
+            "3",
+            "--rep-duration",
+            "3s",
+            "--knob",
+            "pin=0",
+        ])
+        .arg("--state-file")
+        .arg(state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("experiment");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !state.exists() {
+        assert!(Instant::now() < deadline, "no B repetition started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
+
+#[test]
+fn sigkill_then_restore_puts_the_setting_back() {
+    if !live_or_skip("sigkill_then_restore_puts_the_setting_back") {
+        return;
+    }
+    let dir = scratch("exp-kill");
+    let state = dir.join("state.json");
+    let (server, addr) = demo_server();
+    let pid = server.0.id();
+    assert_eq!(affinity(pid), "1");
+    let mut child = start_pinning_experiment(pid, &addr, &state);
+    assert_eq!(affinity(pid), "0", "B pins the server to CPU 0");
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    assert_eq!(affinity(pid), "0", "SIGKILL cannot restore");
+    assert!(state.exists());
+    let out = Command::new(BIN)
+        .args(["experiment", "--restore", "--state-file"])
+        .arg(&state)
+        .output()
+        .expect("restore");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(affinity(pid), "1", "--restore puts it back");
+    assert!(!state.exists());
+    // Nothing left to restore: a clear error.
+    let out = Command::new(BIN)
+        .args(["experiment", "--restore", "--state-file"])
+        .arg(&state)
+        .output()
+        .expect("restore");
+    assert!(!out.status.success());
+}
+
+#[test]
+fn ctrl_c_and_sigterm_restore() {
+    if !live_or_skip("ctrl_c_and_sigterm_restore") {
+        return;
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let dir = scratch(&format!("exp-sig{sig}"));
+        let state = dir.join("state.json");
+        let (server, addr) = demo_server();
+        let pid = server.0.id();
+        let mut child = start_pinning_experiment(pid, &addr, &state);
+        assert_eq!(affinity(pid), "0");
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().expect("wait");
+        assert!(
+            !status.success(),
+            "an interrupted experiment exits non-zero"
+        );
+        assert_eq!(affinity(pid), "1", "signal {sig}: restored");
+        assert!(!state.exists());
+    }
+}

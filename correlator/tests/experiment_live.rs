@@ -231,3 +231,57 @@ fn ctrl_c_and_sigterm_restore() {
         assert!(!state.exists());
     }
 }
+
+/// Error path: the target dies during a B repetition; the experiment fails
+/// with a clear message and the knob (a stopped neighbour) is restored.
+#[test]
+fn target_death_restores_the_knob() {
+    if !live_or_skip("target_death_restores_the_knob") {
+        return;
+    }
+    let dir = scratch("exp-death");
+    let state = dir.join("state.json");
+    let (mut server, addr) = demo_server();
+    let sleeper = Proc(Command::new("sleep").arg("600").spawn().expect("sleep"));
+    let child = Command::new(BIN)
+        .args([
+            "experiment",
+            "--pid",
+            &server.0.id().to_string(),
+            "--load",
+            &format!("tcp://{addr}"),
+        ])
+        .args(["--rate", "2000", "--reps", "3", "--rep-duration", "3s"])
+        .args(["--knob", &format!("stop={}", sleeper.0.id())])
+        .arg("--state-file")
+        .arg(&state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("experiment");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !state.exists() {
+        assert!(Instant::now() < deadline, "no B repetition started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sleeper_state =
+        || std::fs::read_to_string(format!("/proc/{}/status", sleeper.0.id())).expect("status");
+    assert!(
+        sleeper_state().contains("State:\tT"),
+        "B stops the neighbour"
+    );
+    server.0.kill().expect("kill server");
+    let _ = server.0.wait();
+    let out = child.wait_with_output().expect("experiment exit");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("exited") || err.contains("no process"),
+        "{err}"
+    );
+    assert!(
+        !sleeper_state().contains("State:\tT"),
+        "the neighbour was left stopped"
+    );
+    assert!(!state.exists());
+}

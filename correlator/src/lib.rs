@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod experiment;
 pub mod latency;
 pub mod loadgen;
+pub mod memory;
 pub mod probes;
 pub mod record;
 pub mod report;

@@ -80,7 +80,7 @@ struct Report {
 }
 
 pub fn run(args: &WorkloadArgs) -> Result<()> {
-    let page = page_size();
+    let page = crate::memory::page_size();
     // Prepare the major-fault file before "go": its writes are not the work.
     let major = if args.major_faults > 0 {
         Some(prepare_major_file(args, page)?)
@@ -91,13 +91,22 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
     std::io::stdin().lock().read_line(&mut line)?;
     let before = usage();
     let started = Instant::now();
+    // The major-fault file is removed before the last sample: unlinking can
+    // sleep on the filesystem, and that switch belongs inside the window
+    // both getrusage and the recorder see.
     if args.in_new_thread {
         let args = args.clone();
-        std::thread::spawn(move || work(&args, major.as_ref(), page))
-            .join()
-            .map_err(|_| anyhow::anyhow!("worker thread panicked"))??;
+        std::thread::spawn(move || {
+            let r = work(&args, major.as_ref(), page);
+            drop(major);
+            r
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("worker thread panicked"))??;
     } else {
-        work(args, major.as_ref(), page)?;
+        let r = work(args, major.as_ref(), page);
+        drop(major);
+        r?;
     }
     let after = usage();
     let work_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -112,12 +121,6 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
     )?;
     writeln!(out)?;
     Ok(())
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(p).unwrap_or(4096)
 }
 
 struct MajorFile {
@@ -153,7 +156,7 @@ fn work(args: &WorkloadArgs, major: Option<&MajorFile>, page: usize) -> Result<(
         touch_anonymous(args.minor_faults, page)?;
     }
     if let Some(m) = major {
-        read_evicted(m, page)?;
+        read_evicted(m)?;
     }
     for _ in 0..args.sleeps {
         std::thread::sleep(Duration::from_millis(1));
@@ -173,65 +176,17 @@ fn work(args: &WorkloadArgs, major: Option<&MajorFile>, page: usize) -> Result<(
 }
 
 fn touch_anonymous(pages: usize, page: usize) -> Result<()> {
-    let len = pages * page;
-    // SAFETY: anonymous private mapping, checked for failure, unmapped below.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        bail!("mmap failed: {}", std::io::Error::last_os_error());
-    }
-    // One fault per page: no huge pages for this region.
-    // SAFETY: ptr/len from mmap above.
-    unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
-    let base = ptr.cast::<u8>();
-    for i in 0..pages {
-        // SAFETY: within the mapping.
-        unsafe { base.add(i * page).write_volatile(1) };
-    }
-    // SAFETY: ptr/len from mmap above.
-    unsafe { libc::munmap(ptr, len) };
+    let region = crate::memory::Region::anonymous(pages * page).context("mmap failed")?;
+    region.touch(true);
     Ok(())
 }
 
-fn read_evicted(m: &MajorFile, page: usize) -> Result<()> {
+fn read_evicted(m: &MajorFile) -> Result<()> {
     use std::os::fd::AsRawFd as _;
-    let fd = m.file.as_raw_fd();
     // SAFETY: valid fd; drops the file's clean pages from the page cache.
-    unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
-    // SAFETY: shared read-only file mapping, checked, unmapped below.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            m.len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        bail!("mmap failed: {}", std::io::Error::last_os_error());
-    }
-    // No readahead: every page is read from disk by its own fault.
-    // SAFETY: ptr/len from mmap above.
-    unsafe { libc::madvise(ptr, m.len, libc::MADV_RANDOM) };
-    let base = ptr.cast::<u8>();
-    let mut sum = 0u64;
-    for i in 0..m.len / page {
-        // SAFETY: within the mapping.
-        sum += u64::from(unsafe { base.add(i * page).read_volatile() });
-    }
-    std::hint::black_box(sum);
-    // SAFETY: ptr/len from mmap above.
-    unsafe { libc::munmap(ptr, m.len) };
+    unsafe { libc::posix_fadvise(m.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let region = crate::memory::Region::file(&m.file, m.len).context("mmap failed")?;
+    std::hint::black_box(region.touch(false));
     Ok(())
 }
 

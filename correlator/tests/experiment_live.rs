@@ -6,36 +6,12 @@
 mod common;
 
 use std::{
-    io::{BufRead as _, BufReader},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use common::{BIN, live_or_skip, scratch};
+use common::{BIN, Proc, demo_server, live_or_skip, scratch};
 use serde_json::Value;
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn demo_server() -> (Proc, String) {
-    let mut child = Command::new(BIN)
-        .args(["demo-server", "--scenario", "none", "--cpu", "1"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("demo-server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("listening line");
-    let addr = line.trim().rsplit(' ').next().expect("addr").to_string();
-    (Proc(child), addr)
-}
 
 fn experiment(pid: u32, addr: &str, extra: &[&str], out: &std::path::Path) -> Value {
     let status = Command::new(BIN)
@@ -82,7 +58,7 @@ fn stopping_a_cpu_hog_improves_p99() {
         return;
     }
     let dir = scratch("exp-stop");
-    let (server, addr) = demo_server();
+    let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
     let hog = Proc(
         Command::new(BIN)
             .args(["demo-hog", "--cpu", "1", "--continuous"])
@@ -121,7 +97,7 @@ fn aa_experiment_finds_no_difference() {
         return;
     }
     let dir = scratch("exp-aa");
-    let (server, addr) = demo_server();
+    let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
     // α = 0.01 (0.005 per percentile after Bonferroni): an A/A test is
     // significant in α of runs by construction; this keeps that to 1 in 200.
     let r = experiment(
@@ -178,7 +154,7 @@ fn sigkill_then_restore_puts_the_setting_back() {
     }
     let dir = scratch("exp-kill");
     let state = dir.join("state.json");
-    let (server, addr) = demo_server();
+    let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
     let pid = server.0.id();
     assert_eq!(affinity(pid), "1");
     let mut child = start_pinning_experiment(pid, &addr, &state);
@@ -216,7 +192,7 @@ fn ctrl_c_and_sigterm_restore() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         let dir = scratch(&format!("exp-sig{sig}"));
         let state = dir.join("state.json");
-        let (server, addr) = demo_server();
+        let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
         let pid = server.0.id();
         let mut child = start_pinning_experiment(pid, &addr, &state);
         assert_eq!(affinity(pid), "0");
@@ -241,7 +217,7 @@ fn target_death_restores_the_knob() {
     }
     let dir = scratch("exp-death");
     let state = dir.join("state.json");
-    let (mut server, addr) = demo_server();
+    let (mut server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
     let sleeper = Proc(Command::new("sleep").arg("600").spawn().expect("sleep"));
     let child = Command::new(BIN)
         .args([

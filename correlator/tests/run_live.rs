@@ -5,38 +5,12 @@
 mod common;
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
 };
 
-use common::{BIN, live_or_skip, scratch};
+use common::{BIN, Proc, demo_server, live_or_skip, scratch};
 use serde_json::Value;
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts the demo server; returns it and its address.
-fn demo_server(args: &[&str]) -> (Proc, String) {
-    let mut child = Command::new(BIN)
-        .arg("demo-server")
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("demo-server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("listening line");
-    let addr = line.trim().rsplit(' ').next().expect("addr").to_string();
-    (Proc(child), addr)
-}
 
 fn run(pid: u32, addr: &str, out: &Path, extra: &[&str]) -> Value {
     let status = Command::new(BIN)

@@ -20,7 +20,10 @@ use tokio::{
 };
 
 use super::{Scenario, hog::Rng};
-use crate::workload::{pin, set_name};
+use crate::{
+    memory::Region,
+    workload::{pin, set_name},
+};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct DemoServerArgs {
@@ -74,66 +77,6 @@ struct Injected {
     udp: Option<std::net::UdpSocket>,
     cpu: usize,
     other_cpu: usize,
-}
-
-/// A mapping, as an address (so it can cross threads) and a length.
-struct Region {
-    addr: usize,
-    len: usize,
-}
-
-impl Region {
-    fn anonymous(len: usize) -> Option<Self> {
-        // SAFETY: anonymous private mapping, checked; lives for the process.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        (ptr != libc::MAP_FAILED).then(|| {
-            // SAFETY: ptr/len from mmap.
-            unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
-            Self {
-                addr: ptr as usize,
-                len,
-            }
-        })
-    }
-
-    /// Touches (reads or writes) every page.
-    fn touch(&self, write: bool) -> u64 {
-        let page = page_size();
-        let mut sum = 0u64;
-        for off in (0..self.len).step_by(page) {
-            let p = (self.addr + off) as *mut u8;
-            // SAFETY: within the mapping.
-            unsafe {
-                if write {
-                    p.write_volatile(1);
-                } else {
-                    sum += u64::from(p.read_volatile());
-                }
-            }
-        }
-        sum
-    }
-
-    /// Drops the pages (the next touch faults them back).
-    fn drop_pages(&self) {
-        // SAFETY: the mapping is ours; DONTNEED drops its pages.
-        unsafe {
-            libc::madvise(
-                self.addr as *mut libc::c_void,
-                self.len,
-                libc::MADV_DONTNEED,
-            )
-        };
-    }
 }
 
 impl Injected {
@@ -254,62 +197,18 @@ fn mapped_file(dir: &std::path::Path) -> Result<(std::fs::File, Region, PathBuf)
         .with_context(|| format!("cannot create {}", path.display()))?;
     file.write_all_at(&vec![0xa5u8; len], 0)?;
     file.sync_all()?;
-    // SAFETY: shared read-only mapping of our file, checked; lives for the process.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        anyhow::bail!("cannot map {}", path.display());
-    }
-    // SAFETY: ptr/len from mmap.
-    unsafe { libc::madvise(ptr, len, libc::MADV_RANDOM) };
-    let region = Region {
-        addr: ptr as usize,
-        len,
-    };
+    let region =
+        Region::file(&file, len).with_context(|| format!("cannot map {}", path.display()))?;
     region.touch(false);
     Ok((file, region, path))
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
 }
 
 /// A GC-like sweep: map fresh memory, touch every page (one minor fault
 /// each), unmap. Runs on the serving thread, so requests wait for it.
 pub fn sweep(mib: usize) {
-    let len = mib << 20;
-    // SAFETY: anonymous private mapping, checked, unmapped below.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return;
+    if let Ok(region) = Region::anonymous(mib << 20) {
+        region.touch(true);
     }
-    // SAFETY: ptr/len from mmap; 4 KiB faults, not huge pages.
-    unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
-    let page = page_size();
-    for off in (0..len).step_by(page) {
-        // SAFETY: within the mapping.
-        unsafe { ptr.cast::<u8>().add(off).write_volatile(1) };
-    }
-    // SAFETY: ptr/len from mmap above.
-    unsafe { libc::munmap(ptr, len) };
 }
 
 /// Busy work for `d` (the load scenario's fixed service cost).

@@ -109,35 +109,13 @@ impl Environment {
 /// three rounds. Includes page zeroing, as the target's faults do.
 fn measure_minor_fault_ns() -> u64 {
     const PAGES: usize = 1024;
-    let page = 4096;
     let mut rounds: Vec<u64> = (0..3)
         .filter_map(|_| {
-            let len = PAGES * page;
-            // SAFETY: anonymous private mapping, checked, unmapped below.
-            let ptr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if ptr == libc::MAP_FAILED {
-                return None;
-            }
-            // SAFETY: ptr/len from mmap.
-            unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
+            let region =
+                crate::memory::Region::anonymous(PAGES * crate::memory::page_size()).ok()?;
             let start = crate::clock::monotonic_ns();
-            for i in 0..PAGES {
-                // SAFETY: within the mapping.
-                unsafe { ptr.cast::<u8>().add(i * page).write_volatile(1) };
-            }
-            let ns = (crate::clock::monotonic_ns() - start) / PAGES as u64;
-            // SAFETY: ptr/len from mmap above.
-            unsafe { libc::munmap(ptr, len) };
-            Some(ns)
+            region.touch(true);
+            Some((crate::clock::monotonic_ns() - start) / region.pages() as u64)
         })
         .collect();
     rounds.sort_unstable();

@@ -150,3 +150,29 @@ pub fn proc_row(file: &str, row: &str) -> Vec<u64> {
         .map_while(|v| v.parse().ok())
         .collect()
 }
+
+/// A child process killed when dropped.
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts correlator's demo server; returns it and its address.
+pub fn demo_server(args: &[&str]) -> (Proc, String) {
+    let mut child = Command::new(BIN)
+        .arg("demo-server")
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("demo-server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("listening line");
+    let addr = line.trim().rsplit(' ').next().expect("addr").to_string();
+    (Proc(child), addr)
+}

@@ -1,0 +1,106 @@
+//! Anonymous and file memory mappings for the helpers that fault pages on
+//! purpose (demo scenarios, the test workload, the fault-cost measurement):
+//! one place for the unsafe mmap / madvise / munmap calls.
+
+use std::os::fd::AsRawFd as _;
+
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
+/// A mapping owned by this value (unmapped on drop). Kept as an address so
+/// it can be shared across threads.
+pub struct Region {
+    addr: usize,
+    len: usize,
+}
+
+impl Region {
+    /// Fresh anonymous memory in 4 KiB pages (no huge pages: one fault per page).
+    pub fn anonymous(len: usize) -> std::io::Result<Self> {
+        // SAFETY: anonymous private mapping; checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        Self::checked(ptr, len, libc::MADV_NOHUGEPAGE)
+    }
+
+    /// A shared read-only mapping of `file`, without readahead (every page
+    /// is its own fault once evicted).
+    pub fn file(file: &std::fs::File, len: usize) -> std::io::Result<Self> {
+        // SAFETY: shared read-only mapping of an open file; checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        Self::checked(ptr, len, libc::MADV_RANDOM)
+    }
+
+    fn checked(ptr: *mut libc::c_void, len: usize, advice: libc::c_int) -> std::io::Result<Self> {
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: ptr/len from a successful mmap.
+        unsafe { libc::madvise(ptr, len, advice) };
+        Ok(Self {
+            addr: ptr as usize,
+            len,
+        })
+    }
+
+    pub fn pages(&self) -> usize {
+        self.len / page_size()
+    }
+
+    /// Touches every page: writes (anonymous) or reads (file); returns a
+    /// sum so reads are not optimised away.
+    pub fn touch(&self, write: bool) -> u64 {
+        let mut sum = 0u64;
+        for off in (0..self.len).step_by(page_size()) {
+            let p = (self.addr + off) as *mut u8;
+            // SAFETY: within the mapping; writes only to writable mappings
+            // (callers pass write = true for anonymous regions).
+            unsafe {
+                if write {
+                    p.write_volatile(1);
+                } else {
+                    sum += u64::from(p.read_volatile());
+                }
+            }
+        }
+        sum
+    }
+
+    /// Drops the pages: the next touch faults them back.
+    pub fn drop_pages(&self) {
+        // SAFETY: the mapping is ours; MADV_DONTNEED only drops its pages.
+        unsafe {
+            libc::madvise(
+                self.addr as *mut libc::c_void,
+                self.len,
+                libc::MADV_DONTNEED,
+            )
+        };
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: addr/len from our own successful mmap, unmapped once.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}

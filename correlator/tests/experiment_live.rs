@@ -22,9 +22,12 @@ fn experiment(pid: u32, addr: &str, extra: &[&str], out: &std::path::Path) -> Va
             "--load",
             &format!("tcp://{addr}"),
         ])
-        .args(["--rate", "4000", "--reps", "9", "--rep-duration", "2s"])
+        .args(["--rate", "4000", "--reps", "15", "--rep-duration", "2s"])
         .arg("--out")
         .arg(out)
+        // Its own state file, so tests never see each other's.
+        .arg("--state-file")
+        .arg(out.with_extension("state"))
         .args(extra)
         .stdout(Stdio::null())
         .status()

@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::workload::{pin, set_name};
+use crate::{
+    stats::Rng,
+    workload::{pin, set_name},
+};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct HogArgs {
@@ -28,27 +31,6 @@ pub struct HogArgs {
     /// Nice value (negative: the hog wins the CPU, as a busier neighbour would).
     #[arg(long, default_value_t = -10, allow_hyphen_values = true)]
     pub nice: i32,
-}
-
-/// xorshift64: deterministic pseudo-random timings, no dependency.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed.max(1))
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Uniform in [lo, hi].
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi.saturating_sub(lo) + 1)
-    }
 }
 
 pub fn run(args: &HogArgs) -> Result<()> {

@@ -19,9 +19,10 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
-use super::{Scenario, hog::Rng};
+use super::Scenario;
 use crate::{
     memory::Region,
+    stats::Rng,
     workload::{pin, set_name},
 };
 

@@ -214,6 +214,11 @@ impl Rng {
         (self.next_u64() % n as u64) as usize
     }
 
+    /// Uniform in [lo, hi].
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi.saturating_sub(lo) + 1)
+    }
+
     /// Uniform in [0, 1).
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
@@ -264,12 +269,21 @@ pub fn bootstrap_change(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Ch
 }
 
 /// The verdict in the words of the procedure. Lower is better (latency).
+/// An effect is only claimed when the bootstrap CI of the change excludes 0.
 pub fn verdict(p_value: f64, alpha: f64, ci: &ChangeCi, min_change_pct: f64) -> String {
     if p_value >= alpha {
         return "no significant difference".into();
     }
     if ci.change_pct.abs() < min_change_pct {
         return "significant but below the minimum meaningful change".into();
+    }
+    if ci.ci_low_pct <= 0.0 && ci.ci_high_pct >= 0.0 {
+        // The rank test and the size of the change disagree: the change is
+        // not pinned down yet.
+        return format!(
+            "significant by the U test, but the 95% CI of the change ({:.1}%..{:.1}%) includes 0: collect more repetitions",
+            ci.ci_low_pct, ci.ci_high_pct
+        );
     }
     let what = if ci.change_pct < 0.0 {
         "improvement"

@@ -151,5 +151,11 @@ fn verdict_words() {
         ci_high_pct: 20.0,
     };
     assert!(verdict(0.01, 0.05, &worse, 5.0).starts_with("regression 12.0%"));
+    let unsure = ChangeCi {
+        change_pct: -80.0,
+        ci_low_pct: -95.0,
+        ci_high_pct: 2.0,
+    };
+    assert!(verdict(0.01, 0.05, &unsure, 5.0).contains("includes 0"));
     assert!((bonferroni(0.05, 3) - 0.016_666_666_666_666_666).abs() < 1e-15);
 }

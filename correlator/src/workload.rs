@@ -41,6 +41,10 @@ pub struct WorkloadArgs {
     /// Do the work in a thread created after the go signal.
     #[arg(long)]
     pub in_new_thread: bool,
+    /// Do the work in a child process forked after the go signal (for
+    /// --follow-children).
+    #[arg(long)]
+    pub in_child_process: bool,
 }
 
 /// The process's own resource usage, from getrusage(RUSAGE_SELF).
@@ -94,7 +98,23 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
     // The major-fault file is removed before the last sample: unlinking can
     // sleep on the filesystem, and that switch belongs inside the window
     // both getrusage and the recorder see.
-    if args.in_new_thread {
+    if args.in_child_process {
+        // SAFETY: fork in a single-threaded helper; the child only does the
+        // work and _exits, the parent waits for it.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            bail!("fork: {}", std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            let code = i32::from(work(args, major.as_ref(), page).is_err());
+            // SAFETY: leave the child without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        drop(major);
+    } else if args.in_new_thread {
         let args = args.clone();
         std::thread::spawn(move || {
             let r = work(&args, major.as_ref(), page);

@@ -277,3 +277,28 @@ fn ctrl_c_still_writes_the_run() {
     assert!(run.totals.context_switches_voluntary >= 100);
     let _ = work.child.kill();
 }
+
+/// With --follow-children, a process the target forks after attach is
+/// watched too: its faults are in the totals, matching the kernel's perf
+/// counter (which is inherited across fork).
+#[test]
+fn follow_children_counts_a_forked_child() {
+    if !live_or_skip("follow_children_counts_a_forked_child") {
+        return;
+    }
+    let dir = scratch("children");
+    let mut work = Workload::spawn(&["--minor-faults", "2500", "--in-child-process"]);
+    let mut kernel = KernelCounts::open(work.pid());
+    let rec = Recorder::start(work.pid(), dir.join("c.run"), &["--follow-children"]);
+    work.go();
+    let _ = work.finish();
+    let run = rec.wait();
+    let minor = kernel.minor.read().expect("read");
+    eprintln!(
+        "children: ours {} kernel {minor}",
+        run.totals.page_faults_minor
+    );
+    assert!(minor >= 2500, "the child touched 2500 pages ({minor})");
+    assert_eq!(run.totals.page_faults_minor, minor);
+    assert!(run.follow_children);
+}

@@ -167,15 +167,8 @@ fn load_options(url: &str, spec: &LoadSpec) -> Result<loadgen::LoadOptions> {
 
 fn load(args: &LoadArgs) -> Result<()> {
     let opts = load_options(&args.url, &args.spec)?;
-    let total_ms = args.spec.duration.as_millis() as u64 * args.spec.rate.len() as u64;
     let bar = (!args.quiet && !args.json && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(total_ms);
-        if let Ok(style) =
-            indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
-        {
-            bar.set_style(style);
-        }
-        bar
+        correlator::record::progress_bar(args.spec.duration * args.spec.rate.len() as u32)
     });
     let report = |elapsed_ns: u64, completed: u64, slow: u64| {
         if let Some(bar) = &bar {

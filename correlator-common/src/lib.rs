@@ -32,10 +32,17 @@ pub enum Counter {
     RunnableNs = 9,
     /// Time target threads were blocked (sleeping, waiting for I/O or a lock).
     BlockedNs = 10,
+    /// Time hard IRQs ran on a CPU while a target thread waited runnable
+    /// for it (part of `RunnableNs`: the CPU was busy, but not with a task).
+    HardIrqWaitNs = 11,
+    /// Time softirqs ran on a CPU while a target thread waited runnable for
+    /// it, including the rest of a softirq that woke the thread (part of
+    /// `RunnableNs`; also what ksoftirqd spends while the thread waits).
+    SoftIrqWaitNs = 12,
 }
 
 /// Number of [`Counter`] slots.
-pub const NUM_COUNTERS: usize = 11;
+pub const NUM_COUNTERS: usize = 13;
 
 impl Counter {
     /// All counters, in slot order.
@@ -51,6 +58,8 @@ impl Counter {
         Counter::SoftIrqNs,
         Counter::RunnableNs,
         Counter::BlockedNs,
+        Counter::HardIrqWaitNs,
+        Counter::SoftIrqWaitNs,
     ];
 }
 
@@ -222,6 +231,10 @@ pub struct CpuState {
     pub softirq_start: u64,
     /// Hard-IRQ time nested inside the softirq in progress.
     pub softirq_nested_ns: u64,
+    /// Whether the IRQ in progress started while a target thread was
+    /// waiting for this CPU rather than running on it: bit 0 hard IRQ,
+    /// bit 1 softirq.
+    pub irq_while_waiting: u64,
     /// Never-reset totals (layout: [`Total`], [`TOTAL_IRQ_KIND_BASE`], ...),
     /// kept here so one lookup per program run serves both.
     pub totals: [u64; NUM_TOTALS as usize],

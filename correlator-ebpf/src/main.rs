@@ -389,13 +389,22 @@ fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchOut) {
     state.wakeup_ts = 0;
     state.cpu_out = cpu_id();
     state.next_pid = out.next_pid;
+    state.next_ran_ns = 0;
     // Who ran instead matters when the thread was pushed off; reading the
     // comm is a helper call, so only then.
-    state.next_comm = if runnable {
-        task_comm(out.next_task)
+    if runnable {
+        state.next_comm = task_comm(out.next_task);
+        // Still runnable here: watch this CPU until the thread runs again
+        // (who runs longest, and IRQ time while it waits).
+        state.wait_cpu = cpu_id();
+        // SAFETY: per-CPU value; sched_switch runs with IRQs off.
+        unsafe {
+            (*cpu).waiting_tid = out.tid;
+            (*cpu).last_switch_ts = ts;
+        }
     } else {
-        [0; 16]
-    };
+        state.next_comm = [0; 16];
+    }
 }
 
 #[inline(always)]
@@ -533,12 +542,62 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
 
 // --------------------------------------------------------------- hard IRQs
 
+/// Bits of `CpuState::irq_while_waiting`.
+const HARDIRQ_WAITING: u64 = 1;
+const SOFTIRQ_WAITING: u64 = 2;
+
+/// Whether `cpu`'s waiting target thread really still waits for this CPU
+/// (`waiting_tid` is only cleared at the CPU's next context switch).
+#[inline(always)]
+fn still_waiting(state: &CpuState) -> bool {
+    let Some(w) = thread(state.waiting_tid) else {
+        return false;
+    };
+    // SAFETY: map value.
+    unsafe {
+        ((*w).off_kind == OffCpuKind::Preempted as u32
+            || ((*w).off_kind == OffCpuKind::Blocked as u32 && (*w).wakeup_ts != 0))
+            && (*w).wait_cpu == cpu_id()
+    }
+}
+
+/// Starts timing an IRQ if it steals time from a target thread: one running
+/// on this CPU, or one waiting runnable for it. Returns the start (0: not
+/// timed) and whether it is the waiting case.
+#[inline(always)]
+fn irq_start(state: &CpuState) -> (u64, bool) {
+    if state.target_tid != 0 {
+        (now(), false)
+    } else if state.waiting_tid != 0 {
+        (now(), true)
+    } else {
+        (0, false)
+    }
+}
+
+/// An IRQ that was not timed at entry but ends with a target thread waiting
+/// runnable for this CPU woke that thread itself: the thread has waited
+/// since its wakeup (`last_switch_ts`, set by sched_wakeup). Returns that
+/// wait, 0 if none.
+#[inline(always)]
+fn woken_during(state: &CpuState, ts: u64) -> u64 {
+    if state.waiting_tid == 0 || !still_waiting(state) {
+        return 0;
+    }
+    ts.saturating_sub(state.last_switch_ts)
+}
+
 #[inline(always)]
 fn hardirq_entry() {
     if let Some(cpu) = cpu_state() {
         // SAFETY: per-CPU value; hard IRQs do not nest.
-        unsafe {
-            (*cpu).hardirq_start = if (*cpu).target_tid != 0 { now() } else { 0 };
+        let state = unsafe { &mut *cpu };
+        let (start, waiting) = irq_start(state);
+        state.hardirq_start = start;
+        if waiting {
+            state.irq_while_waiting |= HARDIRQ_WAITING;
+        } else {
+            state.irq_while_waiting &= !HARDIRQ_WAITING;
         }
     }
 }
@@ -550,6 +609,18 @@ fn hardirq_exit(kind: IrqKind) {
     let state = unsafe { &mut *cpu };
     let start = state.hardirq_start;
     if start == 0 {
+        if state.waiting_tid != 0 {
+            let ts = now();
+            let woken = woken_during(state, ts);
+            if woken > 0 {
+                if state.softirq_start != 0 {
+                    state.softirq_nested_ns += woken;
+                }
+                if let Some(sink) = Sink::at(ts, cpu) {
+                    sink.add(Counter::HardIrqWaitNs, woken);
+                }
+            }
+        }
         return;
     }
     state.hardirq_start = 0;
@@ -558,11 +629,16 @@ fn hardirq_exit(kind: IrqKind) {
     if state.softirq_start != 0 {
         state.softirq_nested_ns += duration;
     }
-    state.totals[(TOTAL_IRQ_KIND_BASE + kind as u32) as usize] += 1;
-    if let Some(sink) = Sink::at(ts, cpu) {
-        sink.add(Counter::HardIrqs, 1);
-        sink.add(Counter::HardIrqNs, duration);
+    let Some(sink) = Sink::at(ts, cpu) else {
+        return;
+    };
+    if state.irq_while_waiting & HARDIRQ_WAITING != 0 {
+        sink.add(Counter::HardIrqWaitNs, duration);
+        return;
     }
+    state.totals[(TOTAL_IRQ_KIND_BASE + kind as u32) as usize] += 1;
+    sink.add(Counter::HardIrqs, 1);
+    sink.add(Counter::HardIrqNs, duration);
 }
 
 macro_rules! hardirq_programs {
@@ -595,9 +671,14 @@ hardirq_programs! {
 pub fn softirq_entry(_ctx: BtfTracePointContext) -> i32 {
     if let Some(cpu) = cpu_state() {
         // SAFETY: per-CPU value; softirqs do not nest on a CPU.
-        unsafe {
-            (*cpu).softirq_start = if (*cpu).target_tid != 0 { now() } else { 0 };
-            (*cpu).softirq_nested_ns = 0;
+        let state = unsafe { &mut *cpu };
+        let (start, waiting) = irq_start(state);
+        state.softirq_start = start;
+        state.softirq_nested_ns = 0;
+        if waiting {
+            state.irq_while_waiting |= SOFTIRQ_WAITING;
+        } else {
+            state.irq_while_waiting &= !SOFTIRQ_WAITING;
         }
     }
     0
@@ -611,6 +692,17 @@ pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
     let state = unsafe { &mut *cpu };
     let start = state.softirq_start;
     if start == 0 {
+        // A softirq that woke a target thread (a packet for it, among a
+        // burst of others) keeps it waiting until the softirq ends.
+        if state.waiting_tid != 0 {
+            let ts = now();
+            let woken = woken_during(state, ts);
+            if woken > 0
+                && let Some(sink) = Sink::at(ts, cpu)
+            {
+                sink.add(Counter::SoftIrqWaitNs, woken);
+            }
+        }
         return 0;
     }
     state.softirq_start = 0;
@@ -618,12 +710,17 @@ pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
     let duration = ts
         .saturating_sub(start)
         .saturating_sub(state.softirq_nested_ns);
+    let Some(sink) = Sink::at(ts, cpu) else {
+        return 0;
+    };
+    if state.irq_while_waiting & SOFTIRQ_WAITING != 0 {
+        sink.add(Counter::SoftIrqWaitNs, duration);
+        return 0;
+    }
     let vec: u32 = arg(&ctx, 0);
     state.softirqs[(vec & 15) as usize] += 1;
-    if let Some(sink) = Sink::at(ts, cpu) {
-        sink.add(Counter::SoftIrqs, 1);
-        sink.add(Counter::SoftIrqNs, duration);
-    }
+    sink.add(Counter::SoftIrqs, 1);
+    sink.add(Counter::SoftIrqNs, duration);
     0
 }
 

@@ -96,8 +96,7 @@ pub enum Command {
     )]
     Demo {
         /// One scenario (none, periodic, load, page-faults, major-faults,
-        /// preemption, migrations, blocking, softirq), or all (every one but
-        /// the experimental softirq).
+        /// preemption, migrations, blocking, softirq), or all.
         #[arg(long, default_value = "all")]
         scenario: String,
         /// Where reports go.
@@ -125,12 +124,27 @@ pub enum Command {
                       after a SIGKILL, `correlator experiment --restore` undoes it."
     )]
     Experiment(ExperimentArgs),
-    /// Compare two sets of measurements (one number per line): U test, bootstrap CI, verdict.
+    /// Compare two sets of measurements: U test, bootstrap CI, verdict.
+    #[command(
+        long_about = "Compares two sample sets with the experiment procedure: Mann-Whitney U \
+                      (two-sided), a bootstrap 95% CI of the change of the median, and a verdict \
+                      against --min-change.\n\n\
+                      Each side is one of:\n  \
+                      FILE                 numbers, one per line (# comments allowed)\n  \
+                      EXPERIMENT.json[#A|#B]  an experiment's per-repetition --metric values of \
+                      arm A (baseline, the default) or B (treatment)\n  \
+                      DIR                  a directory of report JSONs / run files: one value \
+                      (--metric of the whole run) per run\n\n\
+                      One run is one value: requests inside a run are not independent samples."
+    )]
     Compare {
-        /// Baseline values (e.g. p99 per repetition).
-        a: PathBuf,
-        /// Treatment values.
-        b: PathBuf,
+        /// Baseline side (FILE, EXPERIMENT.json[#A|#B] or DIR).
+        a: String,
+        /// Treatment side.
+        b: String,
+        /// Percentile taken from experiment and run inputs.
+        #[arg(long, value_enum, default_value = "p99")]
+        metric: crate::stats::inputs::Metric,
         /// Significance level (two-sided).
         #[arg(long, default_value_t = 0.05)]
         alpha: f64,

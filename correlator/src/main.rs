@@ -80,14 +80,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Compare {
             a,
             b,
+            metric,
             alpha,
             min_change,
             seed,
             json,
         } => {
             use correlator::stats;
-            let (xa, xb) = (stats::read_samples(&a)?, stats::read_samples(&b)?);
-            let c = stats::compare(&xa, &xb, alpha, min_change, seed);
+            let (sa, sb) = (
+                stats::inputs::read(&a, metric)?,
+                stats::inputs::read(&b, metric)?,
+            );
+            let mut c = stats::compare(&sa.values, &sb.values, alpha, min_change, seed);
+            c.notes
+                .insert(0, format!("A: {}; B: {}", sa.source, sb.source));
             if json {
                 println!("{}", serde_json::to_string_pretty(&c)?);
             } else {
@@ -387,7 +393,7 @@ fn demo_cmd(
 ) -> Result<ExitCode> {
     use correlator::demo::{Scenario, suite};
     let scenarios = if scenario == "all" {
-        Scenario::SUITE.to_vec()
+        Scenario::ALL.to_vec()
     } else {
         vec![
             Scenario::ALL

@@ -55,6 +55,18 @@ pub fn run(opts: RunOptions) -> Result<(RunFile, Report)> {
     let slow = Arc::new(AtomicU64::new(0));
     let result: Arc<Mutex<Option<Result<LoadResult>>>> = Arc::default();
     let mut worker = None;
+    // The recorder is harness too: it runs where the load generator runs,
+    // so it neither competes with the server nor shows up as its preemptor.
+    let _pinned = match &opts.load.cpus {
+        Some(cpus) => match crate::workload::PinnedThread::to(cpus) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                log::warn!("cannot keep the recorder on CPUs {cpus:?}: {e:#}");
+                None
+            }
+        },
+        None => None,
+    };
     let message = {
         let (completed, slow) = (Arc::clone(&completed), Arc::clone(&slow));
         move |t: &crate::timeline::Timeline| {

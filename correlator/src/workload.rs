@@ -225,6 +225,31 @@ pub fn pin(cpu: usize) -> Result<()> {
     pin_set(&[cpu])
 }
 
+/// The calling thread pinned to `cpus` until the guard drops, then put back
+/// on the CPUs it had.
+pub struct PinnedThread {
+    previous: Vec<usize>,
+}
+
+impl PinnedThread {
+    pub fn to(cpus: &[usize]) -> Result<Self> {
+        let status = std::fs::read_to_string("/proc/thread-self/status")?;
+        let previous = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .and_then(parse_cpu_list)
+            .context("cannot read this thread's CPU affinity")?;
+        pin_set(cpus)?;
+        Ok(Self { previous })
+    }
+}
+
+impl Drop for PinnedThread {
+    fn drop(&mut self) {
+        let _ = pin_set(&self.previous);
+    }
+}
+
 /// Restricts the calling thread to a set of CPUs.
 pub fn pin_set(cpus: &[usize]) -> Result<()> {
     // SAFETY: zeroed cpu_set_t is an empty set.

@@ -1,12 +1,6 @@
 //! The demo scenario suite: each injected cause must get the right signature
 //! and top cause, and the clean baseline no cause. Needs root + BPF + 2 CPUs
 //! (fails, not skips, with CI=true).
-//!
-//! The softirq scenario is not in this list: its current mechanism (the
-//! serving thread itself sends loopback bursts) spends most of the stall in
-//! the send path, which correlator rightly calls on-CPU time; a scenario
-//! that lands softirq work on the server's CPU from elsewhere (RPS) is the
-//! open work. `correlator demo` still runs and reports it.
 
 mod common;
 
@@ -15,7 +9,7 @@ use std::process::Command;
 use common::{BIN, live_or_skip, scratch};
 use serde_json::Value;
 
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
     "none",
     "periodic",
     "load",
@@ -24,6 +18,7 @@ const SCENARIOS: [&str; 8] = [
     "preemption",
     "migrations",
     "blocking",
+    "softirq",
 ];
 
 #[test]

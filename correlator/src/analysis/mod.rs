@@ -144,7 +144,7 @@ pub struct Analysis {
 
 /// Event families compared between episodes and baseline, as
 /// (report name, counter).
-const FAMILIES: [(&str, Counter); 9] = [
+const FAMILIES: [(&str, Counter); 11] = [
     ("page_faults_minor", Counter::PageFaultsMinor),
     ("page_faults_major", Counter::PageFaultsMajor),
     ("context_switches_voluntary", Counter::SwitchesVoluntary),
@@ -154,6 +154,8 @@ const FAMILIES: [(&str, Counter); 9] = [
     ("softirqs", Counter::SoftIrqs),
     ("hardirq_ns", Counter::HardIrqNs),
     ("softirq_ns", Counter::SoftIrqNs),
+    ("hardirq_wait_ns", Counter::HardIrqWaitNs),
+    ("softirq_wait_ns", Counter::SoftIrqWaitNs),
 ];
 
 pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) -> Analysis {
@@ -338,13 +340,17 @@ fn episode(w: &Window, ctx: &EpisodeContext) -> Episode {
     // Blocked: one atypically long sleep (a lock or I/O wait) — an idle
     // server sleeps most of the time anyway, so totals say little.
     let blocked = threads.worst_excess(OffKind::Blocked, w.start_ns, w.end_ns);
+    // Part of the wait for a CPU went to IRQs on that CPU (including
+    // ksoftirqd's softirq work), not to another task: it is IRQ time.
+    let (hardirq_wait, softirq_wait) = (over("hardirq_wait_ns"), over("softirq_wait_ns"));
+    let runnable_ns = runnable_ns.saturating_sub((hardirq_wait + softirq_wait) as u64);
     let mut account = TimeAccount {
         duration_ns: d,
         runnable_ns: runnable_ns.min(d),
         preempted_by: preempted_by.filter(|_| runnable_ns > 0),
         blocked_ns: blocked.as_ref().map_or(0, |b| b.0),
-        hardirq_ns: over("hardirq_ns") as u64,
-        softirq_ns: over("softirq_ns") as u64,
+        hardirq_ns: (over("hardirq_ns") + hardirq_wait) as u64,
+        softirq_ns: (over("softirq_ns") + softirq_wait) as u64,
         faults_estimated_ns: (over("page_faults_minor") * costs.minor_fault_ns
             + over("page_faults_major") * MAJOR_FAULT_COST_NS) as u64,
         migrations_estimated_ns: (over("migrations") * MIGRATION_COST_NS) as u64,
@@ -534,13 +540,13 @@ fn rank_causes(episodes: &[Episode], signature: Signature, costs: &Costs) -> Vec
     time_cause(
         "hardirq",
         &|a| a.hardirq_ns,
-        "hard-IRQ time on the target's CPUs above the baseline".into(),
+        "hard-IRQ time on the target's CPUs above the baseline, while a target thread ran or waited for the CPU".into(),
         "move IRQ affinity away from the server's CPUs (knob irq-affinity=IRQ:CPULIST) and re-measure".into(),
     );
     time_cause(
         "softirq",
         &|a| a.softirq_ns,
-        "softirq time on the target's CPUs above the baseline".into(),
+        "softirq time on the target's CPUs above the baseline, while a target thread ran or waited for the CPU".into(),
         "steer softirq work (RPS / IRQ affinity) away from the server's CPUs, or pin the server elsewhere; re-measure".into(),
     );
     let explained: f64 = episodes

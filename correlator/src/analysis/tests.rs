@@ -316,6 +316,29 @@ fn softirq_and_hardirq_time() {
     assert_eq!(top(&run(s)), "hardirq");
 }
 
+/// A thread that waits for its CPU while softirqs run there (or ksoftirqd,
+/// the task that "ran instead") is delayed by softirq work, not preempted by
+/// a neighbour: the wait time the kernel saw as IRQ time moves to softirq.
+#[test]
+fn waiting_through_softirq_work_is_softirq_not_preemption() {
+    let mut s = Synth::new(10_000.0, 5);
+    s.ordinary_sleeps(101);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 10 * MS);
+        s.off(101, at, 10 * MS, 0, true, "ksoftirqd/1");
+        for k in 0..10 {
+            s.events(at + k * MS, Counter::SoftIrqWaitNs, 950 * US);
+        }
+    }
+    let a = run(s);
+    assert_eq!(top(&a), "softirq", "{:#?}", a.classification.causes);
+    assert!(
+        a.episodes.iter().all(|e| e.account.runnable_ns < MS),
+        "{:#?}",
+        a.episodes
+    );
+}
+
 #[test]
 fn major_faults_and_migrations() {
     let mut s = Synth::new(10_000.0, 5);

@@ -26,28 +26,13 @@ pub enum Scenario {
     Migrations,
     /// At random times another thread holds the lock the request path needs.
     Blocking,
-    /// At random times the serving thread sends a burst of loopback traffic.
+    /// At random times a burst of loopback traffic whose receive work
+    /// (NET_RX softirq) is steered to the server's CPU.
     Softirq,
 }
 
 impl Scenario {
-    /// The default suite (`--scenario all`): every scenario correlator
-    /// attributes correctly today. `softirq` runs only when asked for: its
-    /// mechanism (the serving thread sends loopback bursts itself) puts most
-    /// of the stall in the send path, which correlator rightly calls on-CPU
-    /// time; a scenario that lands softirq work on the server's CPU from
-    /// elsewhere (RPS steering) is open work.
-    pub const SUITE: [Scenario; 8] = [
-        Scenario::None,
-        Scenario::Periodic,
-        Scenario::Load,
-        Scenario::PageFaults,
-        Scenario::MajorFaults,
-        Scenario::Preemption,
-        Scenario::Migrations,
-        Scenario::Blocking,
-    ];
-
+    /// Every scenario, in the order the suite runs them (`--scenario all`).
     pub const ALL: [Scenario; 9] = [
         Scenario::None,
         Scenario::Periodic,

@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::Scenario;
 use crate::{
     analysis::AnalysisOptions,
+    experiment::knobs::{self, Knob, Saved},
     latency::fmt_ns,
     loadgen::{
         LoadOptions,
@@ -74,13 +75,39 @@ fn injected(s: Scenario) -> &'static str {
         Scenario::Preemption => "CPU hog bursts on the server CPU",
         Scenario::Migrations => "bursts of CPU hops",
         Scenario::Blocking => "lock held 10-20 ms by another thread",
-        Scenario::Softirq => "loopback UDP bursts on the server CPU",
+        Scenario::Softirq => "UDP bursts, receive work on server CPU",
+    }
+}
+
+/// A system setting changed for one scenario, put back on drop (success,
+/// error, panic; SIGINT/SIGTERM end the run normally, so they pass here too).
+struct Setting(Option<Saved>);
+
+impl Setting {
+    fn apply(knob: &Knob) -> Result<Self> {
+        let target = crate::target::Target::from_pid(std::process::id())?;
+        Ok(Self(Some(knobs::apply(knob, &target)?)))
+    }
+}
+
+impl Drop for Setting {
+    fn drop(&mut self) {
+        if let Some(saved) = self.0.take()
+            && let Err(e) = knobs::restore(&saved)
+        {
+            eprintln!("correlator: {e:#}");
+        }
     }
 }
 
 fn spawn_server(exe: &PathBuf, s: Scenario) -> Result<(Proc, String)> {
+    let every = if s == Scenario::Softirq {
+        "250ms"
+    } else {
+        "500ms"
+    };
     let mut child = Command::new(exe)
-        .args(["demo-server", "--scenario", s.name()])
+        .args(["demo-server", "--scenario", s.name(), "--every", every])
         .args([
             "--cpu",
             &SERVER_CPU.to_string(),
@@ -106,6 +133,16 @@ fn spawn_server(exe: &PathBuf, s: Scenario) -> Result<(Proc, String)> {
 }
 
 pub fn run_scenario(exe: &PathBuf, s: Scenario, opts: &SuiteOptions) -> Result<Outcome> {
+    // Loopback receive work goes to the server's CPU, as a NIC's IRQ
+    // affinity or RPS would send it there in production.
+    let _rps = if s == Scenario::Softirq {
+        Some(Setting::apply(&Knob::Rps {
+            dev: "lo".into(),
+            cpus: vec![SERVER_CPU],
+        })?)
+    } else {
+        None
+    };
     let (server, addr) = spawn_server(exe, s)?;
     let _hog = if s == Scenario::Preemption {
         Some(Proc(

@@ -20,6 +20,9 @@ pub enum Knob {
     Pin(Vec<usize>),
     /// Affinity of one IRQ.
     IrqAffinity { irq: u32, cpus: String },
+    /// Receive packet steering: which CPUs do a network device's receive
+    /// work (NET_RX softirq) for every receive queue of the device.
+    Rps { dev: String, cpus: Vec<usize> },
     /// SIGSTOP a neighbour for the treatment, SIGCONT after.
     Stop(u32),
     /// correlator's own probes detached for the treatment (attached for the baseline).
@@ -29,11 +32,12 @@ pub enum Knob {
 }
 
 impl Knob {
-    /// Parses `thp=never`, `pin=0-1`, `irq-affinity=24:1`, `stop=PID`, `probes=off`.
+    /// Parses `thp=never`, `pin=0-1`, `irq-affinity=24:1`, `rps=eth0:0-1`,
+    /// `stop=PID`, `probes=off`.
     pub fn parse(s: &str) -> Result<Self> {
         let (k, v) = s.split_once('=').with_context(|| {
             format!(
-                "knob {s:?}: expected NAME=VALUE (thp=, pin=, irq-affinity=, stop=, probes=off)"
+                "knob {s:?}: expected NAME=VALUE (thp=, pin=, irq-affinity=, rps=, stop=, probes=off)"
             )
         })?;
         Ok(match k {
@@ -55,12 +59,29 @@ impl Knob {
                     cpus: cpus.into(),
                 }
             }
+            "rps" => {
+                let (dev, cpus) = v
+                    .split_once(':')
+                    .with_context(|| format!("knob rps={v}: expected DEVICE:CPULIST"))?;
+                let cpus = parse_cpu_list(cpus)
+                    .filter(|c| !c.is_empty())
+                    .with_context(|| format!("knob rps={v}: expected a CPU list like 0 or 0-3"))?;
+                if dev.is_empty() || dev.contains('/') || dev.starts_with('.') {
+                    bail!("knob rps={v}: bad device name {dev:?}");
+                }
+                Knob::Rps {
+                    dev: dev.into(),
+                    cpus,
+                }
+            }
             "stop" => Knob::Stop(
                 v.parse()
                     .with_context(|| format!("knob stop={v}: expected a PID"))?,
             ),
             "probes" if v == "off" => Knob::ProbesOff,
-            other => bail!("unknown knob {other:?}: one of thp, pin, irq-affinity, stop, probes"),
+            other => {
+                bail!("unknown knob {other:?}: one of thp, pin, irq-affinity, rps, stop, probes")
+            }
         })
     }
 
@@ -69,6 +90,7 @@ impl Knob {
             Knob::Thp(m) => format!("THP {m}"),
             Knob::Pin(c) => format!("server pinned to CPUs {c:?}"),
             Knob::IrqAffinity { irq, cpus } => format!("IRQ {irq} on CPUs {cpus}"),
+            Knob::Rps { dev, cpus } => format!("{dev} receive work steered to CPUs {cpus:?}"),
             Knob::Stop(pid) => format!("PID {pid} stopped"),
             Knob::ProbesOff => "correlator's probes detached".into(),
             Knob::Command { apply, .. } => format!("`{apply}`"),
@@ -80,11 +102,26 @@ impl Knob {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Saved {
-    Thp { previous: String },
-    Pin { threads: Vec<(u32, Vec<usize>)> },
-    IrqAffinity { irq: u32, previous: String },
-    Stop { pid: u32 },
-    Command { revert: String },
+    Thp {
+        previous: String,
+    },
+    Pin {
+        threads: Vec<(u32, Vec<usize>)>,
+    },
+    IrqAffinity {
+        irq: u32,
+        previous: String,
+    },
+    /// Each rx queue's `rps_cpus` file and the mask it held.
+    Rps {
+        queues: Vec<(String, String)>,
+    },
+    Stop {
+        pid: u32,
+    },
+    Command {
+        revert: String,
+    },
     Nothing,
 }
 
@@ -133,6 +170,38 @@ fn set_affinity(tid: u32, cpus: &[usize]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The `rps_cpus` files of every receive queue of `dev`.
+fn rps_files(dev: &str) -> Result<Vec<String>> {
+    let dir = format!("/sys/class/net/{dev}/queues");
+    let mut files: Vec<String> = fs::read_dir(&dir)
+        .with_context(|| format!("no network device {dev:?} ({dir})"))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+        .map(|e| format!("{}/rps_cpus", e.path().display()))
+        .filter(|f| Path::new(f).exists())
+        .collect();
+    if files.is_empty() {
+        bail!("{dev} has no receive queues with RPS (kernel built without CONFIG_RPS?)");
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// A CPU list as the hex mask sysfs takes ("0,2" → "5"), in 32-bit words
+/// separated by commas as the kernel prints them.
+fn cpu_mask(cpus: &[usize]) -> String {
+    let words = cpus.iter().max().map_or(1, |&m| m / 32 + 1);
+    let mut mask = vec![0u32; words];
+    for &c in cpus {
+        mask[c / 32] |= 1 << (c % 32);
+    }
+    mask.iter()
+        .rev()
+        .map(|w| format!("{w:08x}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn signal(pid: u32, sig: libc::c_int) -> Result<()> {
@@ -184,6 +253,23 @@ pub fn apply(knob: &Knob, target: &Target) -> Result<Saved> {
                 previous: previous.trim().into(),
             }
         }
+        Knob::Rps { dev, cpus } => {
+            let mask = cpu_mask(cpus);
+            let mut queues = Vec::new();
+            for file in rps_files(dev)? {
+                let previous = fs::read_to_string(&file)
+                    .with_context(|| format!("cannot read {file}"))?
+                    .trim()
+                    .to_string();
+                if let Err(e) = fs::write(&file, &mask) {
+                    // Put back the queues already changed before failing.
+                    let _ = restore(&Saved::Rps { queues });
+                    bail!("cannot write {file} (needs root): {e}");
+                }
+                queues.push((file, previous));
+            }
+            Saved::Rps { queues }
+        }
         Knob::Stop(pid) => {
             signal(*pid, libc::SIGSTOP)?;
             Saved::Stop { pid: *pid }
@@ -223,6 +309,16 @@ pub fn restore(saved: &Saved) -> Result<()> {
             fs::write(&path, previous)
                 .map_err(|e| manual(format!("echo {previous} > {path}"), e.into()))
         }
+        Saved::Rps { queues } => {
+            let mut failed = None;
+            // Every queue is tried even if one fails.
+            for (file, previous) in queues {
+                if let Err(e) = fs::write(file, previous) {
+                    failed.get_or_insert(manual(format!("echo {previous} > {file}"), e.into()));
+                }
+            }
+            failed.map_or(Ok(()), Err)
+        }
         Saved::Stop { pid } => {
             if Path::new(&format!("/proc/{pid}")).exists() {
                 signal(*pid, libc::SIGCONT).map_err(|e| manual(format!("kill -CONT {pid}"), e))?;
@@ -239,6 +335,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cpu_masks_are_what_sysfs_prints() {
+        assert_eq!(cpu_mask(&[1]), "00000002");
+        assert_eq!(cpu_mask(&[0, 2]), "00000005");
+        assert_eq!(cpu_mask(&[33]), "00000002,00000000");
+    }
+
+    #[test]
     fn parses_knobs() {
         assert_eq!(
             Knob::parse("thp=never").expect("thp"),
@@ -246,6 +349,13 @@ mod tests {
         );
         assert_eq!(Knob::parse("pin=0-1").expect("pin"), Knob::Pin(vec![0, 1]));
         assert_eq!(Knob::parse("stop=42").expect("stop"), Knob::Stop(42));
+        assert_eq!(
+            Knob::parse("rps=lo:1").expect("rps"),
+            Knob::Rps {
+                dev: "lo".into(),
+                cpus: vec![1]
+            }
+        );
         assert_eq!(Knob::parse("probes=off").expect("probes"), Knob::ProbesOff);
         assert_eq!(
             Knob::parse("irq-affinity=24:1").expect("irq"),
@@ -258,6 +368,9 @@ mod tests {
             "thp=sometimes",
             "pin=",
             "stop=x",
+            "rps=lo",
+            "rps=lo:",
+            "rps=../x:1",
             "nice=5",
             "probes=on",
             "thp",

@@ -461,3 +461,65 @@ pub fn html(r: &ExperimentResult) -> String {
         r.knob.replace('<', "&lt;")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loadgen::protocol::{KvOp, Target as LoadTarget};
+
+    fn options(knob: Knob, state_file: PathBuf) -> ExperimentOptions {
+        let url = "tcp://127.0.0.1:9";
+        ExperimentOptions {
+            pid: std::process::id(),
+            load: LoadOptions {
+                url: url.into(),
+                target: LoadTarget::parse(url, &KvOp::Ping).expect("url"),
+                rates: vec![1000.0],
+                duration: Duration::from_secs(1),
+                warmup: Duration::ZERO,
+                connections: 1,
+                timeout: Duration::from_secs(1),
+                closed_loop: false,
+                rt_pacer: false,
+                cancel: Arc::default(),
+                cpus: None,
+            },
+            knob,
+            reps: 2,
+            random_order: None,
+            alpha: 0.05,
+            min_change_pct: None,
+            state_file,
+            seed: 1,
+        }
+    }
+
+    /// A panic while the treatment is applied unwinds through the guard,
+    /// which reverts the setting and removes the state file. (The live tests
+    /// cover success, error, Ctrl-C, SIGTERM and SIGKILL + --restore.)
+    #[test]
+    fn a_panic_while_applied_restores_the_setting() {
+        let dir = std::env::temp_dir().join(format!("correlator-panic-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let marker = dir.join("applied");
+        let state = dir.join("state.json");
+        let opts = options(
+            Knob::Command {
+                apply: format!("touch {}", marker.display()),
+                revert: format!("rm {}", marker.display()),
+            },
+            state.clone(),
+        );
+        let target = Target::from_pid(std::process::id()).expect("self");
+        let outcome = std::panic::catch_unwind(|| {
+            let _applied = apply_knob(&opts, &target).expect("apply");
+            assert!(marker.exists(), "the knob was applied");
+            assert!(state.exists(), "the state file was written first");
+            panic!("injected panic in the treatment arm");
+        });
+        assert!(outcome.is_err(), "the panic happened");
+        assert!(!marker.exists(), "the panic path reverted the setting");
+        assert!(!state.exists(), "and removed the state file");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

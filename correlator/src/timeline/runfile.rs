@@ -48,6 +48,12 @@ pub struct Durations {
     pub softirq_ns: u64,
     pub runnable_ns: u64,
     pub blocked_ns: u64,
+    /// IRQ time on a CPU while a target thread waited runnable for it
+    /// (included in `runnable_ns`). Absent in files from before 0.1.1.
+    #[serde(default)]
+    pub hardirq_wait_ns: u64,
+    #[serde(default)]
+    pub softirq_wait_ns: u64,
 }
 
 /// Where losses came from; `EventTotals::lost` is their sum.
@@ -137,6 +143,8 @@ pub struct RunFile {
     pub stop_reason: StopReason,
     pub bucket_ns: u64,
     pub counter_names: Vec<String>,
+    /// Rows written with fewer columns (counters added since) read as zeros.
+    #[serde(deserialize_with = "rows_padded")]
     pub buckets: Vec<BucketRow>,
     pub offcpu: Vec<OffCpu>,
     /// Off-CPU intervals shorter than this are only in the bucket sums.
@@ -168,6 +176,8 @@ pub fn counter_name(c: Counter) -> &'static str {
         Counter::SoftIrqNs => "softirq_ns",
         Counter::RunnableNs => "runnable_ns",
         Counter::BlockedNs => "blocked_ns",
+        Counter::HardIrqWaitNs => "hardirq_wait_ns",
+        Counter::SoftIrqWaitNs => "softirq_wait_ns",
     }
 }
 
@@ -228,6 +238,8 @@ impl RunFile {
             softirq_ns: at(Counter::SoftIrqNs),
             runnable_ns: at(Counter::RunnableNs),
             blocked_ns: at(Counter::BlockedNs),
+            hardirq_wait_ns: at(Counter::HardIrqWaitNs),
+            softirq_wait_ns: at(Counter::SoftIrqWaitNs),
         };
         let named = |v: Vec<(&str, u64)>| v.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
         let mut notes = c.notes;
@@ -309,3 +321,51 @@ impl RunFile {
 }
 
 const _: () = assert!(NUM_COUNTERS == Counter::ALL.len());
+
+/// Reads bucket rows of up to `NUM_COUNTERS` columns: counters are only
+/// ever appended, so a shorter row is a file from before the newer ones
+/// and its missing columns are zeros. Hand-written because serde's array
+/// support wants exactly N elements.
+fn rows_padded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<BucketRow>, D::Error> {
+    struct Row(BucketRow);
+    impl<'de> Deserialize<'de> for Row {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let (n, counts): (u64, Vec<u64>) = Deserialize::deserialize(d)?;
+            if counts.len() > NUM_COUNTERS {
+                return Err(serde::de::Error::custom(format!(
+                    "bucket row with {} columns; this correlator knows {NUM_COUNTERS}",
+                    counts.len()
+                )));
+            }
+            let mut row = [0; NUM_COUNTERS];
+            row[..counts.len()].copy_from_slice(&counts);
+            Ok(Row((n, row)))
+        }
+    }
+    let rows: Vec<Row> = Deserialize::deserialize(d)?;
+    Ok(rows.into_iter().map(|r| r.0).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Rows {
+        #[serde(deserialize_with = "rows_padded")]
+        buckets: Vec<BucketRow>,
+    }
+
+    #[test]
+    fn rows_from_older_files_read_as_zero_padded() {
+        let old: Rows = serde_json::from_str(r#"{"buckets": [[7, [1,2,3,4,5,6,7,8,9,10,11]]]}"#)
+            .expect("older row");
+        let mut want = [0; NUM_COUNTERS];
+        for (i, w) in want.iter_mut().take(11).enumerate() {
+            *w = i as u64 + 1;
+        }
+        assert_eq!(old.buckets, vec![(7, want)]);
+        let too_long = format!(r#"{{"buckets": [[7, {:?}]]}}"#, vec![1; NUM_COUNTERS + 1]);
+        assert!(serde_json::from_str::<Rows>(&too_long).is_err());
+    }
+}

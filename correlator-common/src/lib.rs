@@ -114,10 +114,17 @@ pub enum Total {
     RingReserveFailed = NUM_COUNTERS as u32,
     /// Thread-map insertions that failed (map full): those threads go unseen.
     ThreadMapFull = NUM_COUNTERS as u32 + 1,
+    /// Request records the kernel could not put in the full requests ring.
+    RequestsLost = NUM_COUNTERS as u32 + 2,
+    /// `--syscalls`: writes on a connection with no request pending (a
+    /// response split over several writes, or data the server pushes).
+    UnpairedWrites = NUM_COUNTERS as u32 + 3,
+    /// `--uprobe`: calls of the function (sampled or not).
+    UprobeCalls = NUM_COUNTERS as u32 + 4,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 2;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 5;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -157,6 +164,52 @@ pub struct OffCpuRecord {
     pub next_comm: [u8; 16],
 }
 
+/// One server-side request seen passively: by `--syscalls` (data read from
+/// a socket, then the response written on it) or by `--uprobe` (one call of
+/// the function, entry to return).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestRecord {
+    pub tgid: u32,
+    pub tid: u32,
+    /// Socket file descriptor (`--syscalls`), or `UPROBE_FD` for a call.
+    pub fd: u32,
+    /// Reads that returned data before the response (1: the simple
+    /// one-read-one-write pattern; more: partial reads or pipelining).
+    pub reads: u32,
+    /// Bytes those reads returned, and the response write sent: a read of
+    /// several typical requests' bytes answered at once is pipelining.
+    pub bytes_in: u32,
+    pub bytes_out: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// `RequestRecord::fd` of a function call.
+pub const UPROBE_FD: u32 = u32::MAX;
+
+/// `--syscalls` pairing state of one connection (tgid, fd).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConnState {
+    /// When the pending request's first read returned.
+    pub start_ns: u64,
+    pub reads: u32,
+    /// Non-zero: the response was written; the next read starts a request.
+    pub responded: u32,
+    pub bytes_in: u64,
+}
+
+/// `--uprobe` state of one thread inside a sampled call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CallState {
+    pub start_ns: u64,
+    /// Nested calls of the function inside the sampled one (recursion):
+    /// their returns do not end it.
+    pub depth: u64,
+}
+
 /// Load-time configuration of the kernel side (one global).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -177,6 +230,12 @@ pub struct Config {
     pub task_comm_offset: u64,
     /// `task->thread_info.cpu`: the CPU a woken task was queued on.
     pub task_cpu_offset: u64,
+    /// `struct pt_regs` offsets of the first syscall argument and of the
+    /// syscall number (`--syscalls` reads both at syscall exit).
+    pub regs_arg0_offset: u64,
+    pub regs_nr_offset: u64,
+    /// `--uprobe`: time one call in this many (1 = every call).
+    pub uprobe_every: u64,
 }
 
 /// Slots of the direct-mapped thread table (`tid % THREAD_SLOTS`).
@@ -253,4 +312,7 @@ mod pod {
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::ThreadState {}
     unsafe impl aya::Pod for super::CpuState {}
+    unsafe impl aya::Pod for super::RequestRecord {}
+    unsafe impl aya::Pod for super::ConnState {}
+    unsafe impl aya::Pod for super::CallState {}
 }

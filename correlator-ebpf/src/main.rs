@@ -26,13 +26,14 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
-    macros::{btf_tracepoint, map, perf_event},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::{BtfTracePointContext, PerfEventContext},
+    macros::{btf_tracepoint, map, perf_event, uprobe, uretprobe},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::{BtfTracePointContext, PerfEventContext, ProbeContext, RetProbeContext},
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, Config, Counter, CpuState, IrqKind, NUM_COUNTERS, NUM_TOTALS, OffCpuKind,
-    OffCpuRecord, THREAD_SLOTS, TOTAL_IRQ_KIND_BASE, ThreadState, Total,
+    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, Counter, CpuState, IrqKind, NUM_COUNTERS,
+    NUM_TOTALS, OffCpuKind, OffCpuRecord, RequestRecord, THREAD_SLOTS, TOTAL_IRQ_KIND_BASE,
+    ThreadState, Total, UPROBE_FD,
 };
 
 #[unsafe(no_mangle)]
@@ -44,6 +45,9 @@ static CONFIG: Global<Config> = Global::new(Config {
     task_pid_offset: 0,
     task_comm_offset: 0,
     task_cpu_offset: 0,
+    regs_arg0_offset: 112,
+    regs_nr_offset: 120,
+    uprobe_every: 1,
 });
 
 /// Ring of time buckets, per CPU.
@@ -69,6 +73,19 @@ static CHILD_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(4096, 0);
 /// Off-CPU interval records.
 #[map]
 static RECORDS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+
+/// Passive request records (`--syscalls`, `--uprobe`).
+#[map]
+static REQUESTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+
+/// `--syscalls` pairing state by (tgid << 32 | fd). LRU: connections that
+/// close are forgotten without a close probe.
+#[map]
+static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(16384, 0);
+
+/// `--uprobe` state of threads inside a sampled call, by tid.
+#[map]
+static CALLS: LruHashMap<u32, CallState> = LruHashMap::with_max_entries(16384, 0);
 
 const CLONE_THREAD: u64 = 0x0001_0000;
 /// `TASK_DEAD`: the state of a task's final switch.
@@ -725,6 +742,184 @@ pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
 }
 
 const _: () = assert!(NUM_TOTALS > TOTAL_IRQ_KIND_BASE);
+
+// --------------------------------------------------- passive request latency
+
+/// x86-64 syscall numbers of the calls that move a request's bytes.
+const SYS_READ: u64 = 0;
+const SYS_WRITE: u64 = 1;
+const SYS_READV: u64 = 19;
+const SYS_WRITEV: u64 = 20;
+const SYS_SENDTO: u64 = 44;
+const SYS_RECVFROM: u64 = 45;
+const SYS_SENDMSG: u64 = 46;
+const SYS_RECVMSG: u64 = 47;
+
+#[inline(always)]
+fn total_add(t: Total) {
+    if let Some(cpu) = cpu_state() {
+        // SAFETY: per-CPU value.
+        unsafe { (*cpu).totals[t as usize] += 1 };
+    }
+}
+
+#[inline(always)]
+fn emit_request(rec: RequestRecord) {
+    match REQUESTS.reserve::<RequestRecord>(0) {
+        Some(mut entry) => {
+            entry.write(rec);
+            entry.submit(BPF_RB_NO_WAKEUP as u64);
+        }
+        None => total_add(Total::RequestsLost),
+    }
+}
+
+/// `--syscalls`: at the exit of every syscall of the target, a read that
+/// returned data starts a request on that connection (unless one is
+/// pending), and a write that sent data ends the pending one. Which fds
+/// are sockets is checked in userspace (the kernel side would need to walk
+/// the fd table). The syscall number and fd are read from the saved user
+/// registers, which syscalls do not change.
+/// sys_exit(struct pt_regs *regs, long ret)
+#[btf_tracepoint(function = "sys_exit")]
+pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_target_tgid(tgid) {
+        return 0;
+    }
+    let ret: i64 = arg(&ctx, 1);
+    if ret <= 0 {
+        return 0;
+    }
+    let regs: *const u8 = arg(&ctx, 0);
+    let cfg = CONFIG.load();
+    // SAFETY: the helper checks the address.
+    let read_reg = |offset: u64| unsafe {
+        bpf_probe_read_kernel(regs.add(offset as usize).cast::<u64>()).unwrap_or(u64::MAX)
+    };
+    let nr = read_reg(cfg.regs_nr_offset);
+    let reading = match nr {
+        SYS_READ | SYS_READV | SYS_RECVFROM | SYS_RECVMSG => true,
+        SYS_WRITE | SYS_WRITEV | SYS_SENDTO | SYS_SENDMSG => false,
+        _ => return 0,
+    };
+    let fd = read_reg(cfg.regs_arg0_offset) as u32;
+    let key = (u64::from(tgid) << 32) | u64::from(fd);
+    let ts = now();
+    let conn = CONNS.get_ptr_mut(&key);
+    if reading {
+        match conn {
+            // SAFETY: map value.
+            Some(c) => unsafe {
+                if (*c).responded == 0 {
+                    (*c).reads += 1;
+                    (*c).bytes_in += ret as u64;
+                } else {
+                    (*c).start_ns = ts;
+                    (*c).reads = 1;
+                    (*c).responded = 0;
+                    (*c).bytes_in = ret as u64;
+                }
+            },
+            None => {
+                let fresh = ConnState {
+                    start_ns: ts,
+                    reads: 1,
+                    responded: 0,
+                    bytes_in: ret as u64,
+                };
+                let _ = CONNS.insert(&key, &fresh, 0);
+            }
+        }
+        return 0;
+    }
+    match conn {
+        // SAFETY: map value.
+        Some(c) if unsafe { (*c).responded } == 0 => unsafe {
+            (*c).responded = 1;
+            emit_request(RequestRecord {
+                tgid,
+                tid: pid_tgid as u32,
+                fd,
+                reads: (*c).reads,
+                bytes_in: (*c).bytes_in.min(u64::from(u32::MAX)) as u32,
+                bytes_out: ret.min(i64::from(u32::MAX)) as u32,
+                start_ns: (*c).start_ns,
+                end_ns: ts,
+            });
+        },
+        _ => total_add(Total::UnpairedWrites),
+    }
+    0
+}
+
+/// `--uprobe` entry: time one call in `uprobe_every` (per CPU: a counter
+/// modulo N), and count nesting inside a timed call.
+#[uprobe]
+pub fn call_entry(_ctx: ProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target_tgid((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let tid = pid_tgid as u32;
+    let Some(cpu) = cpu_state() else { return 0 };
+    // SAFETY: per-CPU value.
+    let calls = unsafe {
+        let slot = &mut (*cpu).totals[Total::UprobeCalls as usize];
+        *slot += 1;
+        *slot
+    };
+    if let Some(c) = CALLS.get_ptr_mut(&tid) {
+        // SAFETY: map value, only this thread's probes touch it.
+        unsafe { (*c).depth += 1 };
+        return 0;
+    }
+    let every = CONFIG.load().uprobe_every.max(1);
+    if calls % every != 0 {
+        return 0;
+    }
+    let state = CallState {
+        start_ns: now(),
+        depth: 0,
+    };
+    let _ = CALLS.insert(&tid, &state, 0);
+    0
+}
+
+/// `--uprobe` return: ends a timed call (not a nested one).
+#[uretprobe]
+pub fn call_return(_ctx: RetProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_target_tgid(tgid) {
+        return 0;
+    }
+    let tid = pid_tgid as u32;
+    let Some(c) = CALLS.get_ptr_mut(&tid) else {
+        return 0;
+    };
+    // SAFETY: map value, only this thread's probes touch it.
+    unsafe {
+        if (*c).depth > 0 {
+            (*c).depth -= 1;
+            return 0;
+        }
+        let start = (*c).start_ns;
+        let _ = CALLS.remove(&tid);
+        emit_request(RequestRecord {
+            tgid,
+            tid,
+            fd: UPROBE_FD,
+            reads: 1,
+            bytes_in: 0,
+            bytes_out: 0,
+            start_ns: start,
+            end_ns: now(),
+        });
+    }
+    0
+}
 
 #[cfg(not(test))]
 #[panic_handler]

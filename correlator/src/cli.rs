@@ -57,6 +57,8 @@ pub enum Command {
         /// tiny one to force and check loss accounting.
         #[arg(long, default_value_t = 8 << 20, hide = true)]
         ring_bytes: u32,
+        #[command(flatten)]
+        passive: PassiveArgs,
     },
     /// Print the event totals of a run file.
     Summary {
@@ -322,6 +324,53 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub passive: PassiveArgs,
+}
+
+/// Server-side request latency seen by the probes, without adding load.
+#[derive(Clone, Debug, clap::Args)]
+pub struct PassiveArgs {
+    /// Server-side latency from the target's socket syscalls: a read/recv
+    /// that returns data starts a request on that socket, the next
+    /// write/send on it ends it. For one-request-one-response protocols
+    /// (Redis, memcached, line protocols, HTTP/1.1 keep-alive without
+    /// pipelining); the output says when the pattern does not hold.
+    #[arg(long, conflicts_with = "uprobe")]
+    pub syscalls: bool,
+    /// Server-side latency of a function: BINARY:SYMBOL, each call timed
+    /// from entry to return on its thread. A uprobe hit costs microseconds
+    /// (about 10 µs on a VM): see the overhead section of the docs.
+    #[arg(long, value_name = "BINARY:SYMBOL")]
+    pub uprobe: Option<String>,
+    /// With --uprobe: time one call in N (the probe still fires on every
+    /// call; this cuts the records and the per-call program work).
+    #[arg(long, default_value_t = 1, requires = "uprobe", value_parser = clap::value_parser!(u64).range(1..))]
+    pub uprobe_every: u64,
+}
+
+impl PassiveArgs {
+    pub fn source(&self) -> anyhow::Result<Option<crate::latency::passive::PassiveSource>> {
+        use crate::latency::passive::PassiveSource;
+        if self.syscalls {
+            return Ok(Some(PassiveSource::Syscalls));
+        }
+        let Some(spec) = &self.uprobe else {
+            return Ok(None);
+        };
+        let (binary, symbol) = spec
+            .rsplit_once(':')
+            .filter(|(b, s)| !b.is_empty() && !s.is_empty())
+            .ok_or_else(|| anyhow::anyhow!("--uprobe {spec:?}: expected BINARY:SYMBOL"))?;
+        if !std::path::Path::new(binary).is_file() {
+            anyhow::bail!("--uprobe: no such binary {binary:?} (give the path the target runs)");
+        }
+        Ok(Some(PassiveSource::Uprobe {
+            binary: binary.into(),
+            symbol: symbol.into(),
+            every: self.uprobe_every,
+        }))
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -376,7 +425,7 @@ pub struct ExperimentArgs {
     /// Offered rate, requests per second.
     #[arg(long, short, default_value_t = 5000.0)]
     pub rate: f64,
-    /// The one variable changed for B: thp=…, pin=…, irq-affinity=IRQ:CPUS, stop=PID, probes=off.
+    /// The one variable changed for B: thp=…, pin=…, irq-affinity=IRQ:CPUS, rps=DEV:CPUS, stop=PID, probes=off.
     #[arg(long, conflicts_with_all = ["apply", "revert"])]
     pub knob: Option<String>,
     /// A user command that applies the change (with --revert).
@@ -415,4 +464,8 @@ pub struct ExperimentArgs {
     /// Where the original settings are recorded while a knob is applied.
     #[arg(long, default_value = "/tmp/correlator-experiment.state")]
     pub state_file: PathBuf,
+    /// With probes=off: the passive latency source whose cost to measure
+    /// along with the event probes.
+    #[command(flatten)]
+    pub passive: PassiveArgs,
 }

@@ -35,6 +35,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             min_offcpu,
             quiet,
             ring_bytes,
+            passive,
         } => {
             let opts = RecordOptions {
                 pid,
@@ -45,6 +46,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     bucket,
                     min_offcpu_record: min_offcpu,
                     ring_bytes,
+                    passive: passive.source()?,
                     ..ProbeConfig::default()
                 },
                 progress: !quiet && std::io::stderr().is_terminal(),
@@ -293,6 +295,7 @@ fn run_cmd(args: &RunArgs) -> Result<()> {
         probes: ProbeConfig {
             follow_children: args.follow_children,
             min_offcpu_record: args.min_offcpu,
+            passive: args.passive.source()?,
             ..ProbeConfig::default()
         },
         analysis: analysis_options(&args.outputs),
@@ -333,11 +336,14 @@ fn report_cmd(args: &ReportArgs) -> Result<()> {
             &[(start, end, None)],
         ));
     }
-    let Some(latency) = run.latency.clone() else {
-        anyhow::bail!(
-            "{} has no latency (recorded with `correlator record`?); pass --latency-log FILE captured at the same time",
+    let latency = match (&run.latency, &run.server_latency) {
+        (Some(client), _) => client.clone(),
+        // A passive recording: the server-side latency is the one to analyse.
+        (None, Some(server)) => server.latency.clone(),
+        (None, None) => anyhow::bail!(
+            "{} has no latency (recorded with `correlator record` without --syscalls/--uprobe?); pass --latency-log FILE captured at the same time",
             args.run_file.display()
-        );
+        ),
     };
     let report =
         correlator::report::Report::build(&run, &latency, &analysis_options(&args.outputs));
@@ -485,6 +491,10 @@ fn experiment_cmd(args: &correlator::cli::ExperimentArgs) -> Result<()> {
         min_change_pct: args.min_change,
         state_file: args.state_file.clone(),
         seed: args.seed,
+        probes: correlator::probes::ProbeConfig {
+            passive: args.passive.source()?,
+            ..correlator::probes::ProbeConfig::default()
+        },
     };
     let result = experiment::run(&opts, |i, rep| {
         eprintln!(

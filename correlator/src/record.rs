@@ -18,6 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     clock,
+    latency::passive::Passive,
     probes::{ProbeConfig, Probes},
     target::Target,
     timeline::{
@@ -88,6 +89,10 @@ pub async fn capture(
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut probes = Probes::attach(&target, cfg)?;
     let started_ns = clock::monotonic_ns();
+    let mut passive = cfg
+        .passive
+        .clone()
+        .map(|source| Passive::new(source, started_ns));
     let mut timeline = Timeline::new(probes.bucket_ns(), cfg.max_records);
     eprintln!(
         "correlator: attached to PID {} ({}); recording for {} (Ctrl-C stops early)",
@@ -111,6 +116,9 @@ pub async fn capture(
             _ = tokio::time::sleep_until(deadline) => break StopReason::Duration,
             _ = tick.tick() => {
                 probes.drain(&mut timeline)?;
+                if let Some(p) = &mut passive {
+                    probes.drain_requests(|r| p.push(r));
+                }
                 if !target.is_alive() {
                     break StopReason::TargetExited;
                 }
@@ -129,7 +137,12 @@ pub async fn capture(
         bar.finish_and_clear();
     }
     let stats_enabled = probes.stats_enabled();
-    let (programs, kernel) = probes.finish(&mut timeline)?;
+    let (programs, kernel) = probes.finish(&mut timeline, |r| {
+        if let Some(p) = &mut passive {
+            p.push(r);
+        }
+    })?;
+    let server_latency = passive.map(|p| p.finish(ended_ns, &kernel.passive));
     let mut notes = Vec::new();
     let secs = (ended_ns - started_ns) as f64 / 1e9;
     match stop_reason {
@@ -143,6 +156,15 @@ pub async fn capture(
     }
     if !stats_enabled {
         notes.push("BPF run-time statistics were unavailable: program costs unknown".into());
+    }
+    if let Some(s) = &server_latency {
+        notes.extend(s.warnings.iter().map(|w| format!("passive latency: {w}")));
+        if s.stats.lost > 0 {
+            notes.push(format!(
+                "passive latency: {} request records were lost (ring full)",
+                s.stats.lost
+            ));
+        }
     }
     Ok(Capture {
         target,
@@ -158,6 +180,7 @@ pub async fn capture(
             programs,
         },
         notes,
+        server_latency,
     })
 }
 

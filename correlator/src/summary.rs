@@ -16,7 +16,19 @@ pub struct SummaryJson<'a> {
     pub events: &'a EventTotals,
     pub durations: &'a crate::timeline::runfile::Durations,
     pub losses: &'a crate::timeline::runfile::Losses,
+    /// `--syscalls` / `--uprobe`: what the passive source saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_latency: Option<ServerSummary<'a>>,
     pub notes: &'a [String],
+}
+
+#[derive(Serialize)]
+pub struct ServerSummary<'a> {
+    pub source: String,
+    #[serde(flatten)]
+    pub stats: &'a crate::latency::passive::PassiveStats,
+    #[serde(flatten)]
+    pub latency: crate::latency::Summary,
 }
 
 pub fn json(run: &RunFile) -> SummaryJson<'_> {
@@ -28,6 +40,11 @@ pub fn json(run: &RunFile) -> SummaryJson<'_> {
         events: &run.totals,
         durations: &run.durations,
         losses: &run.losses,
+        server_latency: run.server_latency.as_ref().map(|s| ServerSummary {
+            source: s.latency.source.clone(),
+            stats: &s.stats,
+            latency: s.latency.merged().summary(),
+        }),
         notes: &run.notes,
     }
 }
@@ -84,6 +101,25 @@ pub fn text(run: &RunFile) -> String {
             out,
             "  LOSSES: ring full {}, thread map full {}, records over cap {}, undrained bucket events {}",
             l.ring_reserve_failed, l.thread_map_full, l.records_over_cap, l.bucket_events_undrained
+        );
+    }
+    if let Some(s) = &run.server_latency {
+        let d = s.latency.merged();
+        let _ = writeln!(
+            out,
+            "  SERVER LATENCY ({}): {} requests",
+            s.latency.source, s.stats.requests
+        );
+        for p in d.summary().percentiles {
+            let v = p
+                .value_ns
+                .map_or("not enough samples".into(), crate::latency::fmt_ns);
+            let _ = writeln!(out, "    p{:<8} {v:>18}   ({} above)", p.p, p.samples_above);
+        }
+        let _ = writeln!(
+            out,
+            "    max {:>23}",
+            d.max().map_or("-".into(), crate::latency::fmt_ns)
         );
     }
     for note in &run.notes {

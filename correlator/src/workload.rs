@@ -38,6 +38,12 @@ pub struct WorkloadArgs {
     pub spin_ms: u64,
     #[arg(long, default_value_t = 1)]
     pub spin_cpu: usize,
+    /// Calls of `correlator_known_work` (a uprobe target of known duration).
+    #[arg(long, default_value_t = 0)]
+    pub calls: usize,
+    /// How long each call spins, µs.
+    #[arg(long, default_value_t = 200)]
+    pub call_us: u64,
     /// Do the work in a thread created after the go signal.
     #[arg(long)]
     pub in_new_thread: bool,
@@ -81,6 +87,52 @@ struct Report {
     after: Usage,
     /// Wall time of the work, ns.
     work_ns: u64,
+    /// `--calls`: medians of each call's duration as the function saw its
+    /// own body, and as the caller saw it (body + call + any probe traps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    calls: Option<CallTimes>,
+}
+
+#[derive(Clone, Copy, Serialize)]
+struct CallTimes {
+    n: usize,
+    body_p50_ns: u64,
+    around_p50_ns: u64,
+}
+
+/// A function of known duration for uprobe tests: spins `us` µs and
+/// returns how long its body took, by its own clock. Unmangled and never
+/// inlined, so `--uprobe correlator:correlator_known_work` finds it.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn correlator_known_work(us: u64) -> u64 {
+    let start = Instant::now();
+    let end = start + Duration::from_micros(us);
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn timed_calls(n: usize, us: u64) -> CallTimes {
+    let mut body = Vec::with_capacity(n);
+    let mut around = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        body.push(std::hint::black_box(correlator_known_work(
+            std::hint::black_box(us),
+        )));
+        around.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+    let median = |v: &mut Vec<u64>| {
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    };
+    CallTimes {
+        n,
+        body_p50_ns: median(&mut body),
+        around_p50_ns: median(&mut around),
+    }
 }
 
 pub fn run(args: &WorkloadArgs) -> Result<()> {
@@ -95,6 +147,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
     std::io::stdin().lock().read_line(&mut line)?;
     let before = usage();
     let started = Instant::now();
+    let calls = (args.calls > 0).then(|| timed_calls(args.calls, args.call_us));
     // The major-fault file is removed before the last sample: unlinking can
     // sleep on the filesystem, and that switch belongs inside the window
     // both getrusage and the recorder see.
@@ -137,6 +190,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             before,
             after,
             work_ns,
+            calls,
         },
     )?;
     writeln!(out)?;

@@ -9,52 +9,14 @@ mod common;
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::TcpListener,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use common::{BIN, scratch};
+use common::{BIN, Proc, debian_binary, free_port, scratch, wait_listening};
 use serde_json::Value;
 
-/// A child process killed when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-fn wait_listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server on {port} did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A Debian server binary, or None (skip) outside CI.
-fn binary(path: &str, test: &str) -> Option<String> {
-    if std::path::Path::new(path).exists() {
-        return Some(path.to_string());
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{test}: {path} missing (run xtask/setup.sh); CI=true forbids skipping"
-    );
-    eprintln!("SKIPPED {test}: {path} missing (run xtask/setup.sh)");
-    None
-}
-
-fn test_server(stall_every: u64, stall: &str) -> (Server, String) {
+fn test_server(stall_every: u64, stall: &str) -> (Proc, String) {
     let mut child = Command::new(BIN)
         .args([
             "testserver",
@@ -71,7 +33,7 @@ fn test_server(stall_every: u64, stall: &str) -> (Server, String) {
         .read_line(&mut line)
         .expect("listening line");
     let addr = line.trim().rsplit(' ').next().expect("addr").to_string();
-    (Server(child), addr)
+    (Proc(child), addr)
 }
 
 fn load_json(args: &[&str]) -> Value {
@@ -263,11 +225,11 @@ fn check_real_server(url: &str, extra: &[&str]) {
 
 #[test]
 fn speaks_redis() {
-    let Some(redis) = binary("/usr/bin/redis-server", "speaks_redis") else {
+    let Some(redis) = debian_binary("/usr/bin/redis-server", "speaks_redis") else {
         return;
     };
     let port = free_port();
-    let _server = Server(
+    let _server = Proc(
         Command::new(redis)
             .args([
                 "--port",
@@ -292,11 +254,11 @@ fn speaks_redis() {
 
 #[test]
 fn speaks_memcache() {
-    let Some(memcached) = binary("/usr/bin/memcached", "speaks_memcache") else {
+    let Some(memcached) = debian_binary("/usr/bin/memcached", "speaks_memcache") else {
         return;
     };
     let port = free_port();
-    let _server = Server(
+    let _server = Proc(
         Command::new(memcached)
             .args([
                 "-l",
@@ -319,7 +281,7 @@ fn speaks_memcache() {
 
 #[test]
 fn speaks_http_to_nginx() {
-    let Some(nginx) = binary("/usr/sbin/nginx", "speaks_http_to_nginx") else {
+    let Some(nginx) = debian_binary("/usr/sbin/nginx", "speaks_http_to_nginx") else {
         return;
     };
     let port = free_port();
@@ -334,7 +296,7 @@ fn speaks_http_to_nginx() {
         d = dir.display()
     );
     std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
-    let _server = Server(
+    let _server = Proc(
         Command::new(nginx)
             .arg("-c")
             .arg(dir.join("nginx.conf"))

@@ -126,5 +126,6 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         environment: Environment::default(),
         notes: Vec::new(),
         latency: Some(latency),
+        server_latency: None,
     }
 }

@@ -192,6 +192,7 @@ impl Synth {
             environment: Environment::default(),
             notes: Vec::new(),
             latency: None,
+            server_latency: None,
         };
         let lat = LatencyCapture {
             source: "synthetic".into(),

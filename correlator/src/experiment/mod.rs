@@ -71,6 +71,8 @@ pub struct ExperimentOptions {
     pub min_change_pct: Option<f64>,
     pub state_file: PathBuf,
     pub seed: u64,
+    /// What probes=off detaches (the event probes, plus any passive source).
+    pub probes: ProbeConfig,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -225,7 +227,7 @@ fn one_rep(opts: &ExperimentOptions, arm: Arm, target: &Target) -> Result<Rep> {
     };
     // probes=off: the baseline runs with correlator's probes attached.
     let probes = if opts.knob == Knob::ProbesOff && arm == Arm::A {
-        Some(Probes::attach(target, &ProbeConfig::default())?)
+        Some(Probes::attach(target, &opts.probes)?)
     } else {
         None
     };
@@ -350,10 +352,16 @@ fn judge(opts: &ExperimentOptions, target: Target, reps: Vec<Rep>) -> Experiment
     if opts.min_change_pct.is_none() {
         notes.push("minimum meaningful change = the A/A floor (widest end of the A/A 95% CI), per percentile".into());
     }
+    let knob = match (&opts.knob, &opts.probes.passive) {
+        (Knob::ProbesOff, Some(source)) => {
+            format!("{} (with {})", opts.knob.describe(), source.describe())
+        }
+        _ => opts.knob.describe(),
+    };
     ExperimentResult {
         schema: SCHEMA,
         target,
-        knob: opts.knob.describe(),
+        knob,
         load: opts.load.url.clone(),
         rate: opts.load.rates.first().copied().unwrap_or(0.0),
         rep_duration_s: opts.load.duration.as_secs_f64(),
@@ -491,6 +499,7 @@ mod tests {
             min_change_pct: None,
             state_file,
             seed: 1,
+            probes: ProbeConfig::default(),
         }
     }
 

@@ -9,6 +9,7 @@
 
 pub mod capture;
 pub mod import;
+pub mod passive;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};

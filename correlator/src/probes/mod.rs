@@ -7,26 +7,28 @@ pub mod tracefs;
 
 use std::{os::fd::OwnedFd, time::Duration};
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        BtfTracePoint, PerfEvent,
+        BtfTracePoint, PerfEvent, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        uprobe::UProbeScope,
     },
     sys::{Stats, enable_stats},
     util::online_cpus,
 };
 use correlator_common::{
     BUCKET_SLOTS, Bucket, Config, CpuState, IrqKind, NUM_COUNTERS, NUM_IRQ_KINDS,
-    NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuRecord, SOFTIRQ_NAMES, THREAD_SLOTS,
+    NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuRecord, RequestRecord, SOFTIRQ_NAMES, THREAD_SLOTS,
     TOTAL_IRQ_KIND_BASE, ThreadState, Total,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::{
     clock,
+    latency::passive::{PassiveSource, PassiveStats},
     target::Target,
     timeline::{OffCpu, Timeline},
 };
@@ -85,6 +87,8 @@ pub struct ProbeConfig {
     pub max_records: usize,
     /// Ring-buffer size in bytes (a power-of-two number of pages).
     pub ring_bytes: u32,
+    /// Server-side request latency without load: `--syscalls` or `--uprobe`.
+    pub passive: Option<PassiveSource>,
 }
 
 impl Default for ProbeConfig {
@@ -96,6 +100,7 @@ impl Default for ProbeConfig {
             min_offcpu_record: Duration::from_micros(50),
             max_records: 2_000_000,
             ring_bytes: 8 << 20,
+            passive: None,
         }
     }
 }
@@ -125,6 +130,8 @@ pub struct KernelTotals {
     pub thread_map_full: u64,
     pub irq_kinds: [u64; NUM_IRQ_KINDS],
     pub softirq_vectors: [u64; NUM_SOFTIRQ_VECTORS],
+    /// The kernel side's passive-latency counts (lost, unpaired, calls).
+    pub passive: PassiveStats,
 }
 
 /// Attached probes for one target.
@@ -134,6 +141,7 @@ pub struct Probes {
     buckets: PerCpuArray<MapData, Bucket>,
     cpus: PerCpuArray<MapData, CpuState>,
     records: RingBuf<MapData>,
+    requests: RingBuf<MapData>,
     bucket_ns: u64,
     /// First bucket not drained yet.
     next_epoch: u64,
@@ -169,7 +177,22 @@ impl Probes {
             task_cpu_offset: (kernel_btf.member_offset("task_struct", "thread_info")?
                 + kernel_btf.member_offset("thread_info", "cpu")?)
             .into(),
+            regs_arg0_offset: 0,
+            regs_nr_offset: 0,
+            uprobe_every: 1,
         };
+        let mut config = config;
+        match &cfg.passive {
+            Some(PassiveSource::Syscalls) => {
+                if !cfg!(target_arch = "x86_64") {
+                    bail!("--syscalls knows the x86-64 syscall numbers only");
+                }
+                config.regs_arg0_offset = kernel_btf.member_offset("pt_regs", "di")?.into();
+                config.regs_nr_offset = kernel_btf.member_offset("pt_regs", "orig_ax")?.into();
+            }
+            Some(PassiveSource::Uprobe { every, .. }) => config.uprobe_every = (*every).max(1),
+            None => {}
+        }
         // Reference-counted: stays on while we hold the fd and does not
         // fight other tools (unlike flipping the kernel.bpf_stats_enabled sysctl).
         let stats = enable_stats(Stats::RunTime).ok();
@@ -186,6 +209,9 @@ impl Probes {
         };
         let mut children: HashMap<MapData, u32, u32> = take_map(&mut ebpf, "CHILD_TGIDS")?;
         attach_all(&mut ebpf)?;
+        if let Some(source) = &cfg.passive {
+            attach_passive(&mut ebpf, source, target.pid)?;
+        }
         // After attaching, so a thread created meanwhile is seen by
         // task_newtask or by this scan.
         for (tgid, tid) in target.threads(cfg.follow_children) {
@@ -198,6 +224,7 @@ impl Probes {
             buckets: take_map(&mut ebpf, "BUCKETS")?,
             cpus: take_map(&mut ebpf, "CPUS")?,
             records: take_map(&mut ebpf, "RECORDS")?,
+            requests: take_map(&mut ebpf, "REQUESTS")?,
             ebpf: Some(ebpf),
             bucket_ns,
             next_epoch,
@@ -254,6 +281,17 @@ impl Probes {
         }
     }
 
+    /// Hands every pending passive request record to `f`.
+    pub fn drain_requests(&mut self, mut f: impl FnMut(&RequestRecord)) {
+        while let Some(item) = self.requests.next() {
+            if item.len() >= size_of::<RequestRecord>() {
+                // SAFETY: the kernel wrote a whole RequestRecord (plain data).
+                let rec = unsafe { item.as_ptr().cast::<RequestRecord>().read_unaligned() };
+                f(&rec);
+            }
+        }
+    }
+
     /// Program costs so far (kernel BPF statistics).
     pub fn costs(&self) -> Vec<ProgramCost> {
         let Some(ebpf) = &self.ebpf else {
@@ -283,12 +321,17 @@ impl Probes {
 
     /// Detaches every program, then drains everything that is left. Returns
     /// the program costs and the kernel's totals.
-    pub fn finish(mut self, timeline: &mut Timeline) -> Result<(Vec<ProgramCost>, KernelTotals)> {
+    pub fn finish(
+        mut self,
+        timeline: &mut Timeline,
+        on_request: impl FnMut(&RequestRecord),
+    ) -> Result<(Vec<ProgramCost>, KernelTotals)> {
         let costs = self.costs();
         drop(self.ebpf.take());
         let end = clock::monotonic_ns() / self.bucket_ns + 1;
         self.drain_buckets(end, timeline)?;
         self.drain_records(timeline);
+        self.drain_requests(on_request);
         Ok((costs, self.read_totals()?))
     }
 
@@ -308,6 +351,12 @@ impl Probes {
         totals.counters.copy_from_slice(&sum[..NUM_COUNTERS]);
         totals.ring_reserve_failed = sum[Total::RingReserveFailed as usize];
         totals.thread_map_full = sum[Total::ThreadMapFull as usize];
+        totals.passive = PassiveStats {
+            lost: sum[Total::RequestsLost as usize],
+            unpaired_writes: sum[Total::UnpairedWrites as usize],
+            calls: sum[Total::UprobeCalls as usize],
+            ..PassiveStats::default()
+        };
         let irq = TOTAL_IRQ_KIND_BASE as usize;
         totals
             .irq_kinds
@@ -384,6 +433,44 @@ fn attach_all(ebpf: &mut Ebpf) -> Result<()> {
                     false,
                 )
                 .with_context(|| format!("cannot open software perf event {prog} on CPU {cpu}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Attaches the passive request-latency programs.
+fn attach_passive(ebpf: &mut Ebpf, source: &PassiveSource, pid: u32) -> Result<()> {
+    match source {
+        PassiveSource::Syscalls => {
+            let btf = aya::Btf::from_sys_fs()
+                .context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")?;
+            let program: &mut BtfTracePoint = ebpf
+                .program_mut("sys_exit")
+                .context("program sys_exit missing from the eBPF object")?
+                .try_into()?;
+            program
+                .load("sys_exit", &btf)
+                .map_err(|e| refused("sys_exit", &e))?;
+            program
+                .attach()
+                .context("cannot attach to BTF tracepoint sys_exit")?;
+        }
+        PassiveSource::Uprobe { binary, symbol, .. } => {
+            let scope = UProbeScope::OneProcess(
+                std::num::NonZeroU32::new(pid).context("PID 0 cannot be probed")?,
+            );
+            for prog in ["call_entry", "call_return"] {
+                let program: &mut UProbe = ebpf
+                    .program_mut(prog)
+                    .with_context(|| format!("program {prog} missing from the eBPF object"))?
+                    .try_into()?;
+                program.load().map_err(|e| refused(prog, &e))?;
+                program
+                    .attach([symbol.as_str()], binary, scope)
+                    .with_context(|| {
+                        format!("cannot attach a uprobe to {symbol} in {binary} (is the symbol in its symbol table?)")
+                    })?;
+            }
         }
     }
     Ok(())

@@ -62,7 +62,79 @@ pub struct Report {
     pub classification: Classification,
     pub overhead: OverheadReport,
     pub series: Series,
+    /// Server-side latency seen passively beside the analysed latency
+    /// (`run --syscalls` / `--uprobe`): the coordinated-omission cross-check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_side: Option<ServerSide>,
     pub notes: Vec<String>,
+}
+
+/// The server's own view of its requests next to the client's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerSide {
+    pub source: String,
+    pub stats: crate::latency::passive::PassiveStats,
+    pub warnings: Vec<String>,
+    #[serde(flatten)]
+    pub summary: crate::latency::Summary,
+    /// Requests the client completed in the analysed windows.
+    pub client_requests: u64,
+    /// Server-side requests in the same windows.
+    pub server_requests: u64,
+    /// Episodes found in the server-side latency alone (same threshold rule).
+    pub server_episodes: usize,
+    /// Client episodes overlapped by a server-side episode.
+    pub client_episodes_seen: usize,
+}
+
+impl ServerSide {
+    fn build(
+        server: &crate::latency::passive::ServerLatency,
+        client: &LatencyCapture,
+        client_episodes: &[Episode],
+    ) -> Self {
+        // Compare counts over the client's measured windows (after warm-up).
+        let in_windows = |t: u64| {
+            client
+                .phases
+                .iter()
+                .any(|p| t >= p.start_ns && t < p.end_ns)
+        };
+        let lat_bucket_ns = 1u64 << server.latency.bucket_shift;
+        let server_requests: u64 = server
+            .latency
+            .buckets
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| in_windows((server.latency.bucket_origin + *i as u64) * lat_bucket_ns))
+            .map(|(_, b)| u64::from(b.count))
+            .sum();
+        let merged = server.latency.merged();
+        let windows = analysis::episodes::default_threshold(&merged)
+            .map(|t| analysis::episodes::episodes(&server.latency.requests, t))
+            .unwrap_or_default();
+        // One bucket of slack: the two views time the same stall from
+        // different ends of the connection.
+        let slack = lat_bucket_ns;
+        let seen = client_episodes
+            .iter()
+            .filter(|e| {
+                windows.iter().any(|w| {
+                    w.start_ns <= e.window.end_ns + slack && e.window.start_ns <= w.end_ns + slack
+                })
+            })
+            .count();
+        Self {
+            source: server.latency.source.clone(),
+            stats: server.stats.clone(),
+            warnings: server.warnings.clone(),
+            summary: merged.summary(),
+            client_requests: client.phases.iter().map(|p| p.completed).sum(),
+            server_requests,
+            server_episodes: windows.len(),
+            client_episodes_seen: seen,
+        }
+    }
 }
 
 /// Most plot bins.
@@ -118,6 +190,11 @@ impl Report {
             duration_s,
             environment: run.environment.clone(),
             series: series(run, latency),
+            server_side: run
+                .server_latency
+                .as_ref()
+                .filter(|s| s.latency.source != latency.source)
+                .map(|s| ServerSide::build(s, latency, &episodes)),
             latency: latency_report,
             events: run.totals.clone(),
             losses: run.losses.clone(),

@@ -90,6 +90,43 @@ pub fn render(r: &Report) -> String {
             explained * 100.0
         );
     }
+    if let Some(s) = &r.server_side {
+        let pct = |p: f64| {
+            s.summary
+                .percentiles
+                .iter()
+                .find(|x| x.p == p)
+                .and_then(|x| x.value_ns)
+                .map_or("-".into(), fmt_ns)
+        };
+        let diff = (s.server_requests as f64 - s.client_requests as f64)
+            / (s.client_requests.max(1)) as f64
+            * 100.0;
+        let batched = if s.stats.estimated_requests != s.stats.requests {
+            format!(
+                "; ≈{} counting reads of several requests, whole recording",
+                s.stats.estimated_requests
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "SERVER     {}: {} requests in the measured windows (client {}, {:+.2}%{batched}), p50 {}, p99 {}; {} of {} episodes also slow server-side ({} server-side episodes)",
+            s.source,
+            s.server_requests,
+            s.client_requests,
+            diff,
+            pct(50.0),
+            pct(99.0),
+            s.client_episodes_seen,
+            r.episodes.len(),
+            s.server_episodes
+        );
+        for w in &s.warnings {
+            let _ = writeln!(out, "           warning: {w}");
+        }
+    }
     let e = &r.events;
     let _ = writeln!(
         out,

@@ -8,6 +8,8 @@ use std::{collections::BTreeMap, fs, io::BufWriter, path::Path};
 
 use anyhow::{Context as _, Result, bail};
 use correlator_common::{Counter, NUM_COUNTERS};
+
+use crate::latency::passive::ServerLatency;
 use serde::{Deserialize, Serialize};
 
 use super::{Counts, OffCpu, Timeline};
@@ -160,6 +162,10 @@ pub struct RunFile {
     /// Request latency captured with the run (by `correlator run`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<crate::latency::capture::LatencyCapture>,
+    /// Server-side request latency seen by the probes (`--syscalls`,
+    /// `--uprobe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_latency: Option<ServerLatency>,
 }
 
 /// Name of each counter slot in run files.
@@ -204,6 +210,7 @@ pub struct Capture {
     pub kernel: KernelTotals,
     pub overhead: Overhead,
     pub notes: Vec<String>,
+    pub server_latency: Option<ServerLatency>,
 }
 
 impl RunFile {
@@ -274,6 +281,7 @@ impl RunFile {
             environment: Environment::current(),
             notes,
             latency: None,
+            server_latency: c.server_latency,
         }
     }
 

@@ -176,3 +176,33 @@ pub fn demo_server(args: &[&str]) -> (Proc, String) {
     let addr = line.trim().rsplit(' ').next().expect("addr").to_string();
     (Proc(child), addr)
 }
+
+/// A free TCP port on 127.0.0.1 (free when asked; a server binds it next).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Waits until something accepts connections on 127.0.0.1:`port`.
+pub fn wait_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "server on {port} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A Debian server binary, or None (skip) outside CI.
+pub fn debian_binary(path: &str, test: &str) -> Option<String> {
+    if std::path::Path::new(path).exists() {
+        return Some(path.to_string());
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test}: {path} missing (run xtask/setup.sh); CI=true forbids skipping"
+    );
+    eprintln!("SKIPPED {test}: {path} missing (run xtask/setup.sh)");
+    None
+}

@@ -1,0 +1,348 @@
+//! Server-side latency seen passively, for servers that cannot be given
+//! load: the probes report each request the target serves (`--syscalls`:
+//! data read from a socket until the response is written on it;
+//! `--uprobe`: one call of a function), and this turns them into the same
+//! latency capture a load run produces, so the analysis, reports and
+//! experiments work on it unchanged. Memory is bounded like the load
+//! generator's: distributions, per-bucket summaries and the slow requests.
+
+use std::collections::HashMap;
+
+use correlator_common::{RequestRecord, UPROBE_FD};
+use serde::{Deserialize, Serialize};
+
+use super::capture::LatencyCapture;
+use crate::loadgen::recorder::{Recorder, RequestTimes};
+
+/// Where passive requests come from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PassiveSource {
+    /// Request/response pairs inferred from socket syscalls.
+    Syscalls,
+    /// Calls of `symbol` in `binary`, one timed in `every`.
+    Uprobe {
+        binary: String,
+        symbol: String,
+        every: u64,
+    },
+}
+
+impl PassiveSource {
+    pub fn describe(&self) -> String {
+        match self {
+            PassiveSource::Syscalls => "server-side, socket syscalls".into(),
+            PassiveSource::Uprobe {
+                binary,
+                symbol,
+                every,
+            } => {
+                let sampled = if *every > 1 {
+                    format!(", 1 call in {every}")
+                } else {
+                    String::new()
+                };
+                format!("server-side, calls of {symbol} in {binary}{sampled}")
+            }
+        }
+    }
+}
+
+/// What the passive source saw, beside the latency itself: the evidence
+/// that the request pattern held.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PassiveStats {
+    pub requests: u64,
+    /// Requests whose bytes came in more than one read (partial reads,
+    /// or several pipelined requests read one by one and answered once).
+    pub multi_read: u64,
+    /// Read-then-write pairs on descriptors that are not sockets (files,
+    /// pipes, eventfds): ignored.
+    pub not_socket: u64,
+    /// Writes with no request pending on the connection (a response in
+    /// several writes, or data the server pushes unasked).
+    pub unpaired_writes: u64,
+    /// Records the kernel could not deliver (ring full).
+    pub lost: u64,
+    /// `--uprobe`: calls of the function while attached (timed or not).
+    pub calls: u64,
+    /// `--syscalls`: the request count if every read of k times the most
+    /// common request size carried k requests (answered together, as
+    /// after a stall or with pipelining). Equal to `requests` when each
+    /// read is one request.
+    pub estimated_requests: u64,
+    /// Requests whose read carried at least twice the most common size.
+    pub batched: u64,
+}
+
+impl PassiveStats {
+    /// Share of writes that ended a request.
+    fn paired_share(&self) -> f64 {
+        let writes = self.requests + self.unpaired_writes;
+        if writes == 0 {
+            1.0
+        } else {
+            self.requests as f64 / writes as f64
+        }
+    }
+
+    /// Warnings when the one-request-one-response pattern did not hold well
+    /// enough for the latencies to mean what they say.
+    pub fn warnings(&self, source: &PassiveSource) -> Vec<String> {
+        let mut out = Vec::new();
+        if *source != PassiveSource::Syscalls {
+            return out;
+        }
+        if self.requests == 0 {
+            out.push(
+                "no request/response pairs on sockets were seen: the target served nothing, or does not use read/recv + write/send"
+                    .into(),
+            );
+            return out;
+        }
+        let multi = self.multi_read as f64 / self.requests as f64;
+        if multi > 0.10 {
+            out.push(format!(
+                "{:.0}% of requests took several reads before the response: partial reads or pipelining; latencies start at the first read",
+                multi * 100.0
+            ));
+        }
+        if self.estimated_requests as f64 > 1.01 * self.requests as f64 {
+            out.push(format!(
+                "{} reads carried several requests' worth of bytes (pipelined or queued behind a stall) and were answered together: about {} requests in all, and their wait in the socket is invisible server-side",
+                self.batched, self.estimated_requests
+            ));
+        }
+        if self.paired_share() < 0.90 {
+            out.push(format!(
+                "only {:.0}% of socket writes ended a request ({} unpaired): responses in several writes, pipelined answers or server push; the one-request-one-response pattern does not hold and these latencies are not per request",
+                self.paired_share() * 100.0,
+                self.unpaired_writes
+            ));
+        }
+        out
+    }
+}
+
+/// Passive server-side latency as stored in a run file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ServerLatency {
+    pub source: PassiveSource,
+    pub stats: PassiveStats,
+    /// Where the request pattern did not hold (see `PassiveStats::warnings`).
+    pub warnings: Vec<String>,
+    pub latency: LatencyCapture,
+}
+
+/// Turns request records into a latency capture as they are drained.
+pub struct Passive {
+    source: PassiveSource,
+    recorder: Recorder,
+    start_ns: u64,
+    end_ns: u64,
+    /// (tgid, fd) → whether the descriptor is a socket. Looked up once per
+    /// descriptor; a reused fd number keeps its first answer.
+    sockets: HashMap<(u32, u32), bool>,
+    /// How many requests came in reads of each size (bounded: sizes beyond
+    /// `MAX_SIZES` distinct ones are not tracked).
+    sizes: HashMap<u32, u64>,
+    stats: PassiveStats,
+}
+
+/// Distinct read sizes tracked for the batching estimate.
+const MAX_SIZES: usize = 4096;
+
+impl Passive {
+    pub fn new(source: PassiveSource, start_ns: u64) -> Self {
+        Self {
+            source,
+            recorder: Recorder::new(1, start_ns),
+            start_ns,
+            end_ns: start_ns,
+            sockets: HashMap::new(),
+            sizes: HashMap::new(),
+            stats: PassiveStats::default(),
+        }
+    }
+
+    pub fn source(&self) -> &PassiveSource {
+        &self.source
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.stats.requests
+    }
+
+    pub fn push(&mut self, r: &RequestRecord) {
+        if r.fd != UPROBE_FD && !self.is_socket(r.tgid, r.fd) {
+            self.stats.not_socket += 1;
+            return;
+        }
+        if r.end_ns < r.start_ns {
+            return;
+        }
+        self.stats.requests += 1;
+        if r.reads > 1 {
+            self.stats.multi_read += 1;
+        }
+        if r.fd != UPROBE_FD
+            && (self.sizes.len() < MAX_SIZES || self.sizes.contains_key(&r.bytes_in))
+        {
+            *self.sizes.entry(r.bytes_in).or_default() += 1;
+        }
+        self.end_ns = self.end_ns.max(r.end_ns);
+        let times = RequestTimes {
+            intended_ns: r.start_ns,
+            sent_ns: r.start_ns,
+            done_ns: r.end_ns,
+            connection: if r.fd == UPROBE_FD { r.tid } else { r.fd },
+            phase: 0,
+        };
+        self.recorder.sent(0, r.start_ns, 0, true);
+        self.recorder.answered(times, true, true);
+    }
+
+    fn is_socket(&mut self, tgid: u32, fd: u32) -> bool {
+        *self.sockets.entry((tgid, fd)).or_insert_with(|| {
+            std::fs::read_link(format!("/proc/{tgid}/fd/{fd}"))
+                .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+        })
+    }
+
+    /// The capture (one phase covering the recording) and the pattern
+    /// evidence; `kernel` holds the kernel side's counts (lost, unpaired,
+    /// calls).
+    /// Requests if a read of k × the most common size carried k requests.
+    fn batching(&self) -> (u64, u64) {
+        let Some((&common, _)) = self.sizes.iter().max_by_key(|(size, n)| (**n, **size)) else {
+            return (self.stats.requests, 0);
+        };
+        let common = u64::from(common.max(1));
+        let (mut estimated, mut batched) = (0, 0);
+        for (&size, &n) in &self.sizes {
+            let k = ((u64::from(size) + common / 2) / common).max(1);
+            estimated += k * n;
+            if k >= 2 {
+                batched += n;
+            }
+        }
+        // Requests of untracked sizes count as one each.
+        let tracked: u64 = self.sizes.values().sum();
+        (
+            estimated + self.stats.requests.saturating_sub(tracked),
+            batched,
+        )
+    }
+
+    pub fn finish(mut self, end_ns: u64, kernel: &PassiveStats) -> ServerLatency {
+        if self.source == PassiveSource::Syscalls {
+            (self.stats.estimated_requests, self.stats.batched) = self.batching();
+        } else {
+            self.stats.estimated_requests = self.stats.requests;
+        }
+        self.stats.lost = kernel.lost;
+        self.stats.unpaired_writes = kernel.unpaired_writes;
+        self.stats.calls = kernel.calls;
+        let end = end_ns.max(self.end_ns);
+        let latency = LatencyCapture::from_recorder(
+            self.source.describe(),
+            &self.recorder,
+            &[(self.start_ns, end, None)],
+        );
+        ServerLatency {
+            warnings: self.stats.warnings(&self.source),
+            source: self.source,
+            stats: self.stats,
+            latency,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(start: u64, end: u64) -> RequestRecord {
+        RequestRecord {
+            tgid: 1,
+            tid: 7,
+            fd: UPROBE_FD,
+            reads: 1,
+            bytes_in: 0,
+            bytes_out: 0,
+            start_ns: start,
+            end_ns: end,
+        }
+    }
+
+    #[test]
+    fn calls_become_a_latency_capture() {
+        let source = PassiveSource::Uprobe {
+            binary: "/bin/x".into(),
+            symbol: "f".into(),
+            every: 1,
+        };
+        let mut p = Passive::new(source, 1_000);
+        for i in 0..100 {
+            let s = 1_000_000 + i * 10_000;
+            p.push(&call(s, s + 2_000 + i));
+        }
+        let server = p.finish(10_000_000, &PassiveStats::default());
+        assert_eq!(server.stats.requests, 100);
+        let d = server.latency.merged();
+        assert_eq!(d.count(), 100);
+        let p50 = d.percentile(50.0).value_ns.expect("p50");
+        assert!((2_040..=2_060).contains(&p50), "{p50}");
+    }
+
+    #[test]
+    fn reads_of_several_requests_are_estimated_by_size() {
+        let mut p = Passive::new(PassiveSource::Syscalls, 0);
+        p.sockets.insert((1, 5), true);
+        let read = |bytes: u32, t: u64| RequestRecord {
+            tgid: 1,
+            tid: 1,
+            fd: 5,
+            reads: 1,
+            bytes_in: bytes,
+            bytes_out: 3,
+            start_ns: t,
+            end_ns: t + 1_000,
+        };
+        for i in 0..90 {
+            p.push(&read(14, 1_000_000 + i * 10_000));
+        }
+        // After a stall: 10 reads of 3 queued requests each.
+        for i in 0..10 {
+            p.push(&read(42, 3_000_000 + i * 10_000));
+        }
+        let s = p.finish(10_000_000, &PassiveStats::default());
+        assert_eq!(s.stats.requests, 100);
+        assert_eq!(s.stats.estimated_requests, 90 + 30);
+        assert_eq!(s.stats.batched, 10);
+        assert!(
+            s.warnings.iter().any(|w| w.contains("several requests")),
+            "{:?}",
+            s.warnings
+        );
+    }
+
+    #[test]
+    fn broken_pattern_is_reported() {
+        let stats = PassiveStats {
+            requests: 100,
+            multi_read: 40,
+            unpaired_writes: 60,
+            ..PassiveStats::default()
+        };
+        let w = stats.warnings(&PassiveSource::Syscalls);
+        assert_eq!(w.len(), 2, "{w:?}");
+        let fine = PassiveStats {
+            requests: 100,
+            multi_read: 1,
+            unpaired_writes: 2,
+            ..PassiveStats::default()
+        };
+        assert!(fine.warnings(&PassiveSource::Syscalls).is_empty());
+    }
+}

@@ -59,7 +59,10 @@ fn check_counts_and_p50(report: &Value, name: &str) {
         s["warnings"]
     );
     // 4,000 req/s for 4 s less the 1 s warm-up.
-    assert!(client >= 0.95 * 12_000.0, "{name}: client completed {client}");
+    assert!(
+        client >= 0.95 * 12_000.0,
+        "{name}: client completed {client}"
+    );
     assert!(diff <= 0.01, "{name}: server {server} vs client {client}");
     assert!(
         p50(s) < p50(&report["latency"]),

@@ -33,7 +33,8 @@ pub enum Counter {
     /// Time target threads were blocked (sleeping, waiting for I/O or a lock).
     BlockedNs = 10,
     /// Time hard IRQs ran on a CPU while a target thread waited runnable
-    /// for it (part of `RunnableNs`: the CPU was busy, but not with a task).
+    /// for it (part of `RunnableNs`: the CPU was busy, but not with a task);
+    /// IRQs that started before the thread was woken are not counted.
     HardIrqWaitNs = 11,
     /// Time softirqs ran on a CPU while a target thread waited runnable for
     /// it, including the rest of a softirq that woke the thread (part of
@@ -223,11 +224,11 @@ pub struct Config {
     pub bucket_shift: u64,
     /// Off-CPU intervals at least this long get a ring-buffer record.
     pub min_offcpu_record_ns: u64,
-    /// Byte offsets in `struct task_struct` of `pid` and `comm`, read from the
+    /// Byte offsets in `struct task_struct` of `pid` and `tgid`, read from the
     /// running kernel's BTF at load time (the programs get task pointers from
     /// BTF tracepoints and read these fields directly).
     pub task_pid_offset: u64,
-    pub task_comm_offset: u64,
+    pub task_tgid_offset: u64,
     /// `task->thread_info.cpu`: the CPU a woken task was queued on.
     pub task_cpu_offset: u64,
     /// `struct pt_regs` offsets of the first syscall argument and of the

@@ -43,12 +43,24 @@ static CONFIG: Global<Config> = Global::new(Config {
     bucket_shift: 19,
     min_offcpu_record_ns: 50_000,
     task_pid_offset: 0,
-    task_comm_offset: 0,
+    task_tgid_offset: 0,
     task_cpu_offset: 0,
     regs_arg0_offset: 112,
     regs_nr_offset: 120,
     uprobe_every: 1,
 });
+
+/// One field of CONFIG, as a single volatile load: `CONFIG.load()` copies
+/// the whole struct (a dozen loads) wherever it is called.
+macro_rules! config {
+    ($field:ident) => {
+        // SAFETY: Global<T> is repr(transparent) over T, which the loader
+        // initialised; the field is plain data.
+        unsafe {
+            core::ptr::read_volatile(&raw const (*(&raw const CONFIG).cast::<Config>()).$field)
+        }
+    };
+}
 
 /// Ring of time buckets, per CPU.
 #[map]
@@ -110,8 +122,8 @@ fn current_tgid() -> u32 {
 
 #[inline(always)]
 fn is_target_tgid(tgid: u32) -> bool {
-    let cfg = CONFIG.load();
-    tgid == cfg.target_tgid || (cfg.follow_children != 0 && CHILD_TGIDS.get_ptr(&tgid).is_some())
+    tgid == config!(target_tgid)
+        || (config!(follow_children) != 0 && CHILD_TGIDS.get_ptr(&tgid).is_some())
 }
 
 /// Argument `n` of a BTF tracepoint.
@@ -125,26 +137,26 @@ fn arg<T: aya_ebpf::Argument>(ctx: &BtfTracePointContext, n: usize) -> T {
 /// the kernel's struct layout).
 #[inline(always)]
 fn task_pid(task: *const u8) -> u32 {
-    let offset = CONFIG.load().task_pid_offset as usize;
+    let offset = config!(task_pid_offset) as usize;
     // SAFETY: `task` is a task_struct pointer from the tracepoint's
     // arguments; the verifier checks the access.
+    unsafe { *task.add(offset).cast::<u32>() }
+}
+
+/// `task->tgid`, a direct load like `task_pid`.
+#[inline(always)]
+fn task_tgid(task: *const u8) -> u32 {
+    let offset = config!(task_tgid_offset) as usize;
+    // SAFETY: as for `task_pid`.
     unsafe { *task.add(offset).cast::<u32>() }
 }
 
 /// `task->thread_info.cpu`, a direct load like `task_pid`.
 #[inline(always)]
 fn task_cpu(task: *const u8) -> u32 {
-    let offset = CONFIG.load().task_cpu_offset as usize;
+    let offset = config!(task_cpu_offset) as usize;
     // SAFETY: as for `task_pid`.
     unsafe { *task.add(offset).cast::<u32>() }
-}
-
-/// `task->comm` (helper read: 16 bytes of a char array).
-#[inline(always)]
-fn task_comm(task: *const u8) -> [u8; 16] {
-    let offset = CONFIG.load().task_comm_offset as usize;
-    // SAFETY: the helper checks the address.
-    unsafe { bpf_probe_read_kernel(task.add(offset).cast::<[u8; 16]>()) }.unwrap_or([0; 16])
 }
 
 // ----------------------------------------------------------------- threads
@@ -225,7 +237,7 @@ struct Sink {
 impl Sink {
     #[inline(always)]
     fn at(ts: u64, cpu: *mut CpuState) -> Option<Self> {
-        let epoch = ts >> (CONFIG.load().bucket_shift & 63);
+        let epoch = ts >> (config!(bucket_shift) & 63);
         let bucket = BUCKETS.get_ptr_mut((epoch & (BUCKET_SLOTS as u64 - 1)) as u32)?;
         // SAFETY: per-CPU map value; see the module docs for concurrency.
         unsafe {
@@ -292,12 +304,13 @@ pub fn page_fault_major(_ctx: PerfEventContext) -> u32 {
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let Some(cpu) = cpu_state() else { return 0 };
     let preempt: u64 = arg(&ctx, 0);
+    let prev_task: *const u8 = arg(&ctx, 1);
     let next_task: *const u8 = arg(&ctx, 2);
     let prev_state: u64 = arg(&ctx, 3);
-    // sched_switch runs in the context of `prev`.
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let prev_pid = pid_tgid as u32;
-    let tgid = (pid_tgid >> 32) as u32;
+    // Direct loads through the BTF task pointers: a helper call
+    // (bpf_get_current_pid_tgid) costs more with return thunks.
+    let prev_pid = task_pid(prev_task);
+    let tgid = task_tgid(prev_task);
     let next_pid = task_pid(next_task);
     let prev_is_target = prev_pid != 0 && is_target_tgid(tgid);
     let next = thread(next_pid);
@@ -327,7 +340,6 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
             preempted: preempt & 0xff != 0,
             state: prev_state as u32,
             next_pid,
-            next_task,
         };
         switch_out(&sink, cpu, ts, &out);
     }
@@ -363,7 +375,14 @@ fn note_runner(cpu: *mut CpuState, waiting: u32, prev_pid: u32, ts: u64) {
         if prev_pid != waiting && ran > (*w).next_ran_ns {
             (*w).next_ran_ns = ran;
             (*w).next_pid = prev_pid;
-            (*w).next_comm = aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0; 16]);
+            // The comm is a helper call (costly with this kernel's return
+            // thunks) on nearly every switch of a busy target; only a runner
+            // long enough to matter gets it here, userspace names the others
+            // from /proc by pid.
+            (*w).next_comm[0] = 0;
+            if ran >= config!(min_offcpu_record_ns) / 2 {
+                (*w).next_comm = aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0; 16]);
+            }
         }
         (*cpu).last_switch_ts = ts;
     }
@@ -376,7 +395,6 @@ struct SwitchOut {
     preempted: bool,
     state: u32,
     next_pid: u32,
-    next_task: *const u8,
 }
 
 #[inline(always)]
@@ -407,10 +425,9 @@ fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchOut) {
     state.cpu_out = cpu_id();
     state.next_pid = out.next_pid;
     state.next_ran_ns = 0;
-    // Who ran instead matters when the thread was pushed off; reading the
-    // comm is a helper call, so only then.
+    // Named by note_runner when that task's slice ends (or by userspace).
+    state.next_comm[0] = 0;
     if runnable {
-        state.next_comm = task_comm(out.next_task);
         // Still runnable here: watch this CPU until the thread runs again
         // (who runs longest, and IRQ time while it waits).
         state.wait_cpu = cpu_id();
@@ -419,8 +436,6 @@ fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchOut) {
             (*cpu).waiting_tid = out.tid;
             (*cpu).last_switch_ts = ts;
         }
-    } else {
-        state.next_comm = [0; 16];
     }
 }
 
@@ -441,7 +456,7 @@ fn switch_in(sink: &Sink, st: &mut ThreadState, ts: u64) {
     };
     sink.add(Counter::RunnableNs, runnable);
     sink.add(Counter::BlockedNs, blocked);
-    if total >= CONFIG.load().min_offcpu_record_ns {
+    if total >= config!(min_offcpu_record_ns) {
         emit_offcpu(sink, st, ts, runnable, blocked);
     }
     st.off_kind = 0;
@@ -490,16 +505,22 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
         (*st).wait_cpu = cpu;
         (*st).next_pid = 0;
         (*st).next_ran_ns = 0;
-        (*st).next_comm = [0; 16];
+        (*st).next_comm[0] = 0;
         // The queue's CPU state, written from the waking CPU: a race with
         // that CPU's sched_switch can only misattribute who ran, never a count.
-        let key = 0u32;
-        let remote = aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem(
-            (&raw const CPUS).cast_mut().cast(),
-            (&raw const key).cast(),
-            cpu,
-        )
-        .cast::<CpuState>();
+        // Woken onto this CPU (the common case when woken from an IPI): the
+        // inlined local lookup instead of a helper call.
+        let remote = if cpu == cpu_id() {
+            cpu_state().unwrap_or(core::ptr::null_mut())
+        } else {
+            let key = 0u32;
+            aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem(
+                (&raw const CPUS).cast_mut().cast(),
+                (&raw const key).cast(),
+                cpu,
+            )
+            .cast::<CpuState>()
+        };
         if !remote.is_null() {
             (*remote).waiting_tid = pid;
             (*remote).last_switch_ts = ts;
@@ -534,7 +555,7 @@ pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
     let flags: u64 = arg(&ctx, 1);
     let owner = if flags & CLONE_THREAD != 0 {
         tgid
-    } else if CONFIG.load().follow_children != 0 {
+    } else if config!(follow_children) != 0 {
         if CHILD_TGIDS.insert(&pid, &tgid, 0).is_err() {
             // SAFETY: per-CPU map value.
             unsafe { (*cpu).totals[Total::ThreadMapFull as usize] += 1 };
@@ -551,7 +572,7 @@ pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     let pid = task_pid(arg(&ctx, 0));
-    if CONFIG.load().follow_children != 0 {
+    if config!(follow_children) != 0 {
         let _ = CHILD_TGIDS.remove(&pid);
     }
     0
@@ -592,8 +613,8 @@ fn irq_start(state: &CpuState) -> (u64, bool) {
     }
 }
 
-/// An IRQ that was not timed at entry but ends with a target thread waiting
-/// runnable for this CPU woke that thread itself: the thread has waited
+/// A softirq that was not timed at entry but ends with a target thread
+/// waiting runnable for this CPU woke that thread itself: the thread has waited
 /// since its wakeup (`last_switch_ts`, set by sched_wakeup). Returns that
 /// wait, 0 if none.
 #[inline(always)]
@@ -625,19 +646,10 @@ fn hardirq_exit(kind: IrqKind) {
     // SAFETY: per-CPU value; hard IRQs do not nest.
     let state = unsafe { &mut *cpu };
     let start = state.hardirq_start;
+    // Unlike softirqs, a hard IRQ that wakes a target thread is not timed
+    // from the wakeup: what is left of it is microseconds, and remote
+    // wakeups (an IPI each) would pay a clock read for nothing.
     if start == 0 {
-        if state.waiting_tid != 0 {
-            let ts = now();
-            let woken = woken_during(state, ts);
-            if woken > 0 {
-                if state.softirq_start != 0 {
-                    state.softirq_nested_ns += woken;
-                }
-                if let Some(sink) = Sink::at(ts, cpu) {
-                    sink.add(Counter::HardIrqWaitNs, woken);
-                }
-            }
-        }
         return;
     }
     state.hardirq_start = 0;
@@ -793,18 +805,17 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let regs: *const u8 = arg(&ctx, 0);
-    let cfg = CONFIG.load();
     // SAFETY: the helper checks the address.
     let read_reg = |offset: u64| unsafe {
         bpf_probe_read_kernel(regs.add(offset as usize).cast::<u64>()).unwrap_or(u64::MAX)
     };
-    let nr = read_reg(cfg.regs_nr_offset);
+    let nr = read_reg(config!(regs_nr_offset));
     let reading = match nr {
         SYS_READ | SYS_READV | SYS_RECVFROM | SYS_RECVMSG => true,
         SYS_WRITE | SYS_WRITEV | SYS_SENDTO | SYS_SENDMSG => false,
         _ => return 0,
     };
-    let fd = read_reg(cfg.regs_arg0_offset) as u32;
+    let fd = read_reg(config!(regs_arg0_offset)) as u32;
     let key = (u64::from(tgid) << 32) | u64::from(fd);
     let ts = now();
     let conn = CONNS.get_ptr_mut(&key);
@@ -875,7 +886,7 @@ pub fn call_entry(_ctx: ProbeContext) -> u32 {
         unsafe { (*c).depth += 1 };
         return 0;
     }
-    let every = CONFIG.load().uprobe_every.max(1);
+    let every = config!(uprobe_every).max(1);
     if calls % every != 0 {
         return 0;
     }

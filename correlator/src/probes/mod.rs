@@ -142,6 +142,9 @@ pub struct Probes {
     cpus: PerCpuArray<MapData, CpuState>,
     records: RingBuf<MapData>,
     requests: RingBuf<MapData>,
+    /// Names of tasks that ran while a target waited, by pid, for records
+    /// the kernel side left unnamed (see `note_runner`).
+    names: std::collections::HashMap<u32, String>,
     bucket_ns: u64,
     /// First bucket not drained yet.
     next_epoch: u64,
@@ -173,7 +176,7 @@ impl Probes {
             min_offcpu_record_ns: u64::try_from(cfg.min_offcpu_record.as_nanos())
                 .unwrap_or(u64::MAX),
             task_pid_offset: kernel_btf.member_offset("task_struct", "pid")?.into(),
-            task_comm_offset: kernel_btf.member_offset("task_struct", "comm")?.into(),
+            task_tgid_offset: kernel_btf.member_offset("task_struct", "tgid")?.into(),
             task_cpu_offset: (kernel_btf.member_offset("task_struct", "thread_info")?
                 + kernel_btf.member_offset("thread_info", "cpu")?)
             .into(),
@@ -195,7 +198,11 @@ impl Probes {
         }
         // Reference-counted: stays on while we hold the fd and does not
         // fight other tools (unlike flipping the kernel.bpf_stats_enabled sysctl).
-        let stats = enable_stats(Stats::RunTime).ok();
+        let stats = if std::env::var_os("CORRELATOR_NO_BPF_STATS").is_some() {
+            None
+        } else {
+            enable_stats(Stats::RunTime).ok()
+        };
         let stats_enabled = stats.is_some() || bpf_stats_sysctl_on();
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
@@ -225,6 +232,7 @@ impl Probes {
             cpus: take_map(&mut ebpf, "CPUS")?,
             records: take_map(&mut ebpf, "RECORDS")?,
             requests: take_map(&mut ebpf, "REQUESTS")?,
+            names: std::collections::HashMap::new(),
             ebpf: Some(ebpf),
             bucket_ns,
             next_epoch,
@@ -276,7 +284,11 @@ impl Probes {
                 // SAFETY: the kernel wrote a whole OffCpuRecord (plain data);
                 // read_unaligned because the ring only guarantees 8-byte alignment.
                 let rec = unsafe { item.as_ptr().cast::<OffCpuRecord>().read_unaligned() };
-                timeline.push_offcpu(OffCpu::from(&rec));
+                let mut off = OffCpu::from(&rec);
+                if off.next_comm.is_empty() && off.next_pid != 0 {
+                    off.next_comm = task_name(&mut self.names, off.next_pid);
+                }
+                timeline.push_offcpu(off);
             }
         }
     }
@@ -436,6 +448,22 @@ fn attach_all(ebpf: &mut Ebpf) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A task's name from /proc (the kernel side names only long runners);
+/// a task gone by the drain keeps its pid only. Cached, with a bound.
+fn task_name(names: &mut std::collections::HashMap<u32, String>, pid: u32) -> String {
+    if names.len() > 65_536 {
+        names.clear();
+    }
+    names
+        .entry(pid)
+        .or_insert_with(|| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|s| s.trim_end().to_string())
+                .unwrap_or_else(|_| format!("pid {pid}"))
+        })
+        .clone()
 }
 
 /// Attaches the passive request-latency programs.

@@ -63,3 +63,15 @@ fn malformed_run_file() {
     fails_with(&["summary", bad.to_str().expect("utf8")], "schema");
     fails_with(&["summary", "/nonexistent/x.run"], "cannot read run file");
 }
+
+#[test]
+fn bad_uprobe_specs() {
+    fails_with(
+        &["record", "--pid", "1", "--uprobe", "foo"],
+        "expected BINARY:SYMBOL",
+    );
+    fails_with(
+        &["record", "--pid", "1", "--uprobe", "/no/such/binary:main"],
+        "no such binary",
+    );
+}

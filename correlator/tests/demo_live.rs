@@ -27,6 +27,10 @@ fn every_injected_cause_is_named() {
         return;
     }
     let dir = scratch("demo");
+    // The softirq scenario steers loopback receive work with RPS and must
+    // put the setting back.
+    let rps = "/sys/class/net/lo/queues/rx-0/rps_cpus";
+    let rps_before = std::fs::read_to_string(rps).expect("rps_cpus");
     let mut wrong = Vec::new();
     for s in SCENARIOS {
         let json = dir.join(format!("{s}.outcome.json"));
@@ -53,4 +57,9 @@ fn every_injected_cause_is_named() {
         }
     }
     assert!(wrong.is_empty(), "misattributed: {wrong:#?}");
+    assert_eq!(
+        std::fs::read_to_string(rps).expect("rps_cpus"),
+        rps_before,
+        "the softirq scenario left RPS changed"
+    );
 }

@@ -495,8 +495,14 @@ fn attach_passive(ebpf: &mut Ebpf, source: &PassiveSource, pid: u32) -> Result<(
                 program.load().map_err(|e| refused(prog, &e))?;
                 program
                     .attach([symbol.as_str()], binary, scope)
-                    .with_context(|| {
-                        format!("cannot attach a uprobe to {symbol} in {binary} (is the symbol in its symbol table?)")
+                    .map_err(|e| {
+                        if format!("{e:#}").contains("resolving symbol") {
+                            anyhow::anyhow!(
+                                "symbol {symbol} not found in {binary} (`nm -D {binary}` lists the exported ones; a stripped binary has no others)"
+                            )
+                        } else {
+                            anyhow::anyhow!("cannot attach a uprobe to {symbol} in {binary}: {e:#}")
+                        }
                     })?;
             }
         }

@@ -125,7 +125,7 @@ impl Synth {
             let mut d = Distribution::new();
             let interval = (1e9 / rate) as u64;
             let mut t = start;
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut rng = crate::stats::Rng::new(0x9e37_79b9_7f4a_7c15);
             while t < end {
                 let mut done = t + 50 * US;
                 for &(at, len) in &self.stalls {
@@ -134,9 +134,7 @@ impl Synth {
                     }
                 }
                 // Queueing-like slow requests at pseudo-random times.
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next_u64();
                 let slow = self.phase_slow_every.get(i).copied().unwrap_or(0);
                 if slow > 0 && x.is_multiple_of(slow) {
                     done = t + 3 * MS;
@@ -221,14 +219,9 @@ fn top(a: &Analysis) -> &str {
 
 /// Pseudo-random but fixed times for sporadic stalls.
 fn sporadic_times(n: usize, seconds: u64) -> Vec<u64> {
-    let mut x = 88_172_645_463_325_252u64;
+    let mut rng = crate::stats::Rng::new(88_172_645_463_325_252);
     let mut out: Vec<u64> = (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            T0 + 100 * MS + x % ((seconds * 1_000 - 200) * MS)
-        })
+        .map(|_| T0 + 100 * MS + rng.next_u64() % ((seconds * 1_000 - 200) * MS))
         .collect();
     out.sort_unstable();
     out

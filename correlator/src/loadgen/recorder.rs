@@ -249,12 +249,10 @@ pub fn synthetic_run(rate: u64, seconds: u64) -> Recorder {
     let start = 1_000_000_000u64;
     let interval = 1_000_000_000 / rate.max(1);
     let mut rec = Recorder::new(1, start);
-    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut rng = crate::stats::Rng::new(0x2545_f491_4f6c_dd1d);
     for i in 0..rate * seconds {
-        // xorshift: a deterministic 1% of requests are slow.
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        // A deterministic 1% of requests are slow.
+        let x = rng.next_u64();
         let latency = if x.is_multiple_of(100) {
             5_000_000
         } else {

@@ -294,6 +294,49 @@ fn account_plot(r: &Report) -> String {
     svg
 }
 
+/// Client-side and server-side percentiles side by side (the
+/// coordinated-omission cross-check), when the run has both.
+fn server_side(r: &Report) -> String {
+    let Some(s) = &r.server_side else {
+        return String::new();
+    };
+    let value = |ps: &[crate::latency::Percentile], p: f64| {
+        ps.iter()
+            .find(|x| x.p == p)
+            .and_then(|x| x.value_ns)
+            .map_or("not enough samples".into(), fmt_ns)
+    };
+    let mut rows = String::new();
+    for p in &r.latency.summary.percentiles {
+        let _ = write!(
+            rows,
+            "<tr><td>p{}</td><td>{}</td><td>{}</td></tr>",
+            p.p,
+            value(&r.latency.summary.percentiles, p.p),
+            value(&s.summary.percentiles, p.p)
+        );
+    }
+    let warnings: String = s
+        .warnings
+        .iter()
+        .map(|w| format!("<li>{}</li>", esc(w)))
+        .collect();
+    format!(
+        "<h2>Server side ({source})</h2>\
+         <p>The server's own time per request (read to response) leaves out the wait in the socket \
+         that the client sees: a gap between the columns is queueing.</p>\
+         <table><tr><th></th><th>client (from intended send)</th><th>server side</th></tr>{rows}</table>\
+         <p>{server} server-side requests in the measured windows vs {client} completed by the client; \
+         {seen} of {episodes} episodes also slow server-side ({server_episodes} server-side episodes).</p><ul>{warnings}</ul>",
+        source = esc(&s.source),
+        server = s.server_requests,
+        client = s.client_requests,
+        seen = s.client_episodes_seen,
+        episodes = r.episodes.len(),
+        server_episodes = s.server_episodes,
+    )
+}
+
 pub fn render(r: &Report) -> String {
     let c = &r.classification;
     let mut causes = String::new();
@@ -343,6 +386,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 <h2>Latency over time and kernel events</h2>{lat}{lanes}
 <h2>Percentiles</h2><div style="display:flex;gap:20px"><table><tr><th></th><th>value</th><th>samples above</th></tr>{pct}</table>{curve}</div>
 <p>{count} requests, {spikes} spikes, {timeouts} timeouts, {errors} errors</p>
+{server_side}
 <h2>Where each episode's time went</h2>{account}
 <h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run); lost kernel records/events: {lost}</p>
 <ul>{notes}</ul></body></html>"#,
@@ -358,6 +402,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
         lat = latency_plot(r),
         lanes = lanes(r),
         curve = percentile_plot(r),
+        server_side = server_side(r),
         count = r.latency.summary.count,
         spikes = r.latency.spikes,
         timeouts = r.latency.timeouts,

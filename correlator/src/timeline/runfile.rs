@@ -106,7 +106,11 @@ impl Environment {
         let read = |p: &str| fs::read_to_string(p).unwrap_or_default().trim().to_string();
         Self {
             kernel: read("/proc/sys/kernel/osrelease"),
-            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            // Online CPUs of the machine: available_parallelism() would
+            // give the calling thread's affinity (the recorder is pinned).
+            // SAFETY: sysconf has no preconditions.
+            cpus: usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) })
+                .unwrap_or(0),
             transparent_hugepage: read("/sys/kernel/mm/transparent_hugepage/enabled"),
             minor_fault_ns: measure_minor_fault_ns(),
         }
@@ -362,6 +366,19 @@ mod tests {
     struct Rows {
         #[serde(deserialize_with = "rows_padded")]
         buckets: Vec<BucketRow>,
+    }
+
+    /// The recorder pins itself; the run file must still say how many CPUs
+    /// the machine has.
+    #[test]
+    fn environment_counts_the_machines_cpus_not_the_threads() {
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .ok()
+            .and_then(|l| crate::workload::parse_cpu_list(l.trim()))
+            .map(|c| c.len())
+            .expect("online CPUs");
+        let _pinned = crate::workload::PinnedThread::to(&[0]).expect("pin");
+        assert_eq!(Environment::current().cpus, online);
     }
 
     #[test]

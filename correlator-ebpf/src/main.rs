@@ -53,13 +53,16 @@ static CONFIG: Global<Config> = Global::new(Config {
 /// One field of CONFIG, as a single volatile load: `CONFIG.load()` copies
 /// the whole struct (a dozen loads) wherever it is called.
 macro_rules! config {
-    ($field:ident) => {
-        // SAFETY: Global<T> is repr(transparent) over T, which the loader
-        // initialised; the field is plain data.
-        unsafe {
+    ($field:ident) => {{
+        // Used inside unsafe blocks too.
+        #[allow(unused_unsafe)]
+        // SAFETY: Global<T> is repr(transparent) over T, which the
+        // loader initialised; the field is plain data.
+        let value = unsafe {
             core::ptr::read_volatile(&raw const (*(&raw const CONFIG).cast::<Config>()).$field)
-        }
-    };
+        };
+        value
+    }};
 }
 
 /// Ring of time buckets, per CPU.

@@ -195,7 +195,7 @@ impl Injected {
         let mut rng = Rng::new(u64::from(std::process::id()) ^ 0x5eed);
         let mean = u64::try_from(every.as_millis()).unwrap_or(500).max(10);
         loop {
-            std::thread::sleep(Duration::from_millis(rng.range(mean * 3 / 5, mean * 7 / 5)));
+            std::thread::sleep(Duration::from_millis(sporadic_gap(&mut rng, mean)));
             let p = &self.pending;
             match self.scenario {
                 Scenario::PageFaults => {
@@ -263,6 +263,17 @@ pub fn sweep(mib: usize) {
     if let Ok(region) = Region::anonymous(mib << 20) {
         region.touch(true);
     }
+}
+
+/// Time to the next sporadic event, ms: a Poisson process (exponential
+/// gaps) with a floor of 30% of the mean so events stay separate. Gaps of
+/// bounded jitter (uniform ±40%, as before) are regular enough that about
+/// one run in twelve passed the periodicity test, which is right: such a
+/// process is nearly periodic. Real sporadic causes are not.
+fn sporadic_gap(rng: &mut Rng, mean_ms: u64) -> u64 {
+    let floor = mean_ms * 3 / 10;
+    let exp = -((1.0 - rng.unit()).ln()) * (mean_ms - floor) as f64;
+    floor + exp.min(10.0 * mean_ms as f64) as u64
 }
 
 /// Lowest scheduling class for the calling thread: runs only when its CPU

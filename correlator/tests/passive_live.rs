@@ -45,15 +45,22 @@ fn p50(summary: &Value) -> u64 {
 
 /// The server-side count matches the client's within 1%, and the server's
 /// own p50 is below the client's (which adds the network stack and the
-/// client's scheduling).
+/// client's scheduling). A hiccup that queues requests in the socket makes
+/// the server read several at once and answer them together: the raw pair
+/// count then falls short, which must be flagged, and the count estimated
+/// from the bytes read must still match.
 fn check_counts_and_p50(report: &Value, name: &str) {
     let s = &report["server_side"];
-    let server = s["server_requests"].as_f64().expect("server_requests");
+    let raw = s["server_requests"].as_f64().expect("server_requests");
+    let estimated = s["server_requests_estimated"]
+        .as_f64()
+        .expect("server_requests_estimated");
     let client = s["client_requests"].as_f64().expect("client_requests");
-    let diff = (server - client).abs() / client;
+    let off = |n: f64| (n - client).abs() / client;
     eprintln!(
-        "{name}: server {server} vs client {client} ({:.3}%), server p50 {} vs client p50 {}; warnings {}",
-        diff * 100.0,
+        "{name}: server {raw} (estimated {estimated}) vs client {client} ({:.3}%, estimated {:.3}%), server p50 {} vs client p50 {}; warnings {}",
+        off(raw) * 100.0,
+        off(estimated) * 100.0,
         p50(s),
         p50(&report["latency"]),
         s["warnings"]
@@ -63,7 +70,20 @@ fn check_counts_and_p50(report: &Value, name: &str) {
         client >= 0.95 * 12_000.0,
         "{name}: client completed {client}"
     );
-    assert!(diff <= 0.01, "{name}: server {server} vs client {client}");
+    assert!(
+        off(estimated) <= 0.01,
+        "{name}: estimated {estimated} vs client {client}"
+    );
+    assert!(
+        raw <= estimated,
+        "{name}: raw {raw} above the estimate {estimated}"
+    );
+    if off(raw) > 0.01 {
+        assert!(
+            s["warnings"].to_string().contains("several requests"),
+            "{name}: raw count {raw} off by more than 1% without a warning"
+        );
+    }
     assert!(
         p50(s) < p50(&report["latency"]),
         "{name}: server p50 not below client p50"
@@ -131,15 +151,17 @@ fn syscalls_count_memcached_requests() {
     check_counts_and_p50(&report, "memcached");
 }
 
-/// A lock held 10-20 ms on the request path: every client episode (over an
-/// 8 ms SLO, above the VM's 2-4 ms scheduling hiccups) must also be an
-/// episode of the server-side latency.
+/// A lock held 10-20 ms on the request path: every client episode the
+/// analysis puts down to it (blocked for most of the episode) must also be
+/// an episode of the server-side latency. Episodes of stalls between
+/// requests (a VM hiccup, a preemption while idle) are invisible
+/// server-side by construction, so they are not counted here.
 #[test]
 fn syscalls_see_the_injected_stalls() {
     if !live_or_skip("syscalls_see_the_injected_stalls") {
         return;
     }
-    let (server, addr) = demo_server(&["--scenario", "blocking", "--cpu", "1"]);
+    let (server, addr) = demo_server(&["--scenario", "blocking", "--cpu", "1", "--every", "300ms"]);
     let report = run_with_syscalls(
         server.0.id(),
         &format!("tcp://{addr}"),
@@ -147,20 +169,31 @@ fn syscalls_see_the_injected_stalls() {
         &["--slo", "8ms"],
     );
     let s = &report["server_side"];
-    let episodes = report["episodes"].as_array().expect("episodes").len();
-    let seen = s["client_episodes_seen"].as_u64().expect("seen");
+    let episodes = report["episodes"].as_array().expect("episodes");
+    let seen = s["episodes_seen"].as_array().expect("episodes_seen");
+    let lock: Vec<bool> = episodes
+        .iter()
+        .zip(seen)
+        .filter(|(e, _)| {
+            let d = e["duration_ns"].as_f64().expect("duration");
+            e["account"]["blocked_ns"].as_f64().expect("blocked") >= 0.5 * d
+        })
+        .map(|(_, seen)| seen.as_bool().expect("bool"))
+        .collect();
     eprintln!(
-        "stall: {episodes} client episodes, {seen} seen server-side, {} server-side episodes; stats {}",
-        s["server_episodes"], s["stats"]
+        "stall: {} client episodes, {} of them the lock's, {} of those seen server-side; {} seen in all, {} server-side episodes",
+        episodes.len(),
+        lock.len(),
+        lock.iter().filter(|&&x| x).count(),
+        s["client_episodes_seen"],
+        s["server_episodes"]
     );
     assert!(
-        episodes >= 4,
-        "the injected stalls made {episodes} episodes"
+        lock.len() >= 4,
+        "the injected stalls made {} episodes",
+        lock.len()
     );
-    assert_eq!(
-        seen as usize, episodes,
-        "client episodes missing server-side"
-    );
+    assert!(lock.iter().all(|&x| x), "lock episodes missing server-side");
 }
 
 fn workload_calls(extra: &[&str], name: &str) -> (Value, Value) {

@@ -12,7 +12,7 @@ use correlator_common::{RequestRecord, UPROBE_FD};
 use serde::{Deserialize, Serialize};
 
 use super::capture::LatencyCapture;
-use crate::loadgen::recorder::{Recorder, RequestTimes};
+use crate::loadgen::recorder::{BUCKET_SHIFT, Recorder, RequestTimes};
 
 /// Where passive requests come from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,6 +132,10 @@ pub struct ServerLatency {
     /// Where the request pattern did not hold (see `PassiveStats::warnings`).
     pub warnings: Vec<String>,
     pub latency: LatencyCapture,
+    /// `--syscalls`: estimated requests (see `PassiveStats::estimated_requests`)
+    /// per bucket of `latency` (same origin and width), by completion time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub estimated_per_bucket: Vec<u32>,
 }
 
 /// Turns request records into a latency capture as they are drained.
@@ -143,14 +147,19 @@ pub struct Passive {
     /// (tgid, fd) → whether the descriptor is a socket. Looked up once per
     /// descriptor; a reused fd number keeps its first answer.
     sockets: HashMap<(u32, u32), bool>,
-    /// How many requests came in reads of each size (bounded: sizes beyond
-    /// `MAX_SIZES` distinct ones are not tracked).
+    /// How many of the first `LEARN` requests came in reads of each size.
     sizes: HashMap<u32, u64>,
+    /// The most common request size, once learned.
+    common: Option<u32>,
+    /// Requests seen before `common` was known: (completion, bytes in).
+    pending: Vec<(u64, u32)>,
+    /// Estimated requests per latency bucket.
+    estimated: Vec<u32>,
     stats: PassiveStats,
 }
 
-/// Distinct read sizes tracked for the batching estimate.
-const MAX_SIZES: usize = 4096;
+/// Requests whose sizes decide the common request size.
+const LEARN: usize = 256;
 
 impl Passive {
     pub fn new(source: PassiveSource, start_ns: u64) -> Self {
@@ -161,6 +170,9 @@ impl Passive {
             end_ns: start_ns,
             sockets: HashMap::new(),
             sizes: HashMap::new(),
+            common: None,
+            pending: Vec::new(),
+            estimated: Vec::new(),
             stats: PassiveStats::default(),
         }
     }
@@ -185,10 +197,8 @@ impl Passive {
         if r.reads > 1 {
             self.stats.multi_read += 1;
         }
-        if r.fd != UPROBE_FD
-            && (self.sizes.len() < MAX_SIZES || self.sizes.contains_key(&r.bytes_in))
-        {
-            *self.sizes.entry(r.bytes_in).or_default() += 1;
+        if r.fd != UPROBE_FD {
+            self.estimate(r.end_ns, r.bytes_in);
         }
         self.end_ns = self.end_ns.max(r.end_ns);
         let times = RequestTimes {
@@ -209,34 +219,58 @@ impl Passive {
         })
     }
 
+    /// Counts a request as k requests when its read carried k × the most
+    /// common request size (learned from the first `LEARN` requests).
+    fn estimate(&mut self, done_ns: u64, bytes_in: u32) {
+        let Some(common) = self.common else {
+            *self.sizes.entry(bytes_in).or_default() += 1;
+            self.pending.push((done_ns, bytes_in));
+            if self.pending.len() >= LEARN {
+                self.learn();
+            }
+            return;
+        };
+        let common = u64::from(common.max(1));
+        let k = ((u64::from(bytes_in) + common / 2) / common).max(1);
+        self.stats.estimated_requests += k;
+        if k >= 2 {
+            self.stats.batched += 1;
+        }
+        let origin = self.recorder.bucket_origin;
+        if let Some(i) = (done_ns >> BUCKET_SHIFT)
+            .checked_sub(origin)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|&i| i < 1 << 26)
+        {
+            if i >= self.estimated.len() {
+                self.estimated.resize(i + 1, 0);
+            }
+            self.estimated[i] = self.estimated[i].saturating_add(k as u32);
+        }
+    }
+
+    /// Fixes the common size and counts the requests held until then.
+    fn learn(&mut self) {
+        let common = self
+            .sizes
+            .iter()
+            .max_by_key(|(size, n)| (**n, **size))
+            .map_or(1, |(size, _)| *size);
+        self.common = Some(common);
+        for (done, bytes) in std::mem::take(&mut self.pending) {
+            self.estimate(done, bytes);
+        }
+        self.sizes = HashMap::new();
+    }
+
     /// The capture (one phase covering the recording) and the pattern
     /// evidence; `kernel` holds the kernel side's counts (lost, unpaired,
     /// calls).
-    /// Requests if a read of k × the most common size carried k requests.
-    fn batching(&self) -> (u64, u64) {
-        let Some((&common, _)) = self.sizes.iter().max_by_key(|(size, n)| (**n, **size)) else {
-            return (self.stats.requests, 0);
-        };
-        let common = u64::from(common.max(1));
-        let (mut estimated, mut batched) = (0, 0);
-        for (&size, &n) in &self.sizes {
-            let k = ((u64::from(size) + common / 2) / common).max(1);
-            estimated += k * n;
-            if k >= 2 {
-                batched += n;
-            }
-        }
-        // Requests of untracked sizes count as one each.
-        let tracked: u64 = self.sizes.values().sum();
-        (
-            estimated + self.stats.requests.saturating_sub(tracked),
-            batched,
-        )
-    }
-
     pub fn finish(mut self, end_ns: u64, kernel: &PassiveStats) -> ServerLatency {
         if self.source == PassiveSource::Syscalls {
-            (self.stats.estimated_requests, self.stats.batched) = self.batching();
+            if self.common.is_none() {
+                self.learn();
+            }
         } else {
             self.stats.estimated_requests = self.stats.requests;
         }
@@ -254,6 +288,7 @@ impl Passive {
             source: self.source,
             stats: self.stats,
             latency,
+            estimated_per_bucket: self.estimated,
         }
     }
 }

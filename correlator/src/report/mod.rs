@@ -81,10 +81,16 @@ pub struct ServerSide {
     pub client_requests: u64,
     /// Server-side requests in the same windows.
     pub server_requests: u64,
+    /// `--syscalls`: the same, counting a read of k requests' bytes as k
+    /// (requests queued behind a stall or pipelined, answered together).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_requests_estimated: Option<u64>,
     /// Episodes found in the server-side latency alone (same threshold rule).
     pub server_episodes: usize,
     /// Client episodes overlapped by a server-side episode.
     pub client_episodes_seen: usize,
+    /// Per client episode (in `episodes` order): whether it was.
+    pub episodes_seen: Vec<bool>,
 }
 
 impl ServerSide {
@@ -101,14 +107,25 @@ impl ServerSide {
                 .any(|p| t >= p.start_ns && t < p.end_ns)
         };
         let lat_bucket_ns = 1u64 << server.latency.bucket_shift;
+        let in_window =
+            |i: usize| in_windows((server.latency.bucket_origin + i as u64) * lat_bucket_ns);
         let server_requests: u64 = server
             .latency
             .buckets
             .iter()
             .enumerate()
-            .filter(|(i, _)| in_windows((server.latency.bucket_origin + *i as u64) * lat_bucket_ns))
+            .filter(|(i, _)| in_window(*i))
             .map(|(_, b)| u64::from(b.count))
             .sum();
+        let server_requests_estimated = (!server.estimated_per_bucket.is_empty()).then(|| {
+            server
+                .estimated_per_bucket
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| in_window(*i))
+                .map(|(_, &n)| u64::from(n))
+                .sum()
+        });
         let merged = server.latency.merged();
         let windows = analysis::episodes::default_threshold(&merged)
             .map(|t| analysis::episodes::episodes(&server.latency.requests, t))
@@ -116,23 +133,35 @@ impl ServerSide {
         // One bucket of slack: the two views time the same stall from
         // different ends of the connection.
         let slack = lat_bucket_ns;
-        let seen = client_episodes
+        let episodes_seen: Vec<bool> = client_episodes
             .iter()
-            .filter(|e| {
+            .map(|e| {
                 windows.iter().any(|w| {
                     w.start_ns <= e.window.end_ns + slack && e.window.start_ns <= w.end_ns + slack
                 })
             })
-            .count();
+            .collect();
+        let seen = episodes_seen.iter().filter(|&&s| s).count();
+        let mut warnings = server.warnings.clone();
+        if let Some(est) = server_requests_estimated
+            && est as f64 > 1.005 * server_requests as f64
+            && !warnings.iter().any(|w| w.contains("several requests"))
+        {
+            warnings.push(format!(
+                "in the measured windows {server_requests} request/response pairs, but about {est} requests counting reads of several requests' worth of bytes (queued behind a stall or pipelined, answered together)"
+            ));
+        }
         Self {
             source: server.latency.source.clone(),
             stats: server.stats.clone(),
-            warnings: server.warnings.clone(),
+            warnings,
             summary: merged.summary(),
             client_requests: client.phases.iter().map(|p| p.completed).sum(),
             server_requests,
+            server_requests_estimated,
             server_episodes: windows.len(),
             client_episodes_seen: seen,
+            episodes_seen,
         }
     }
 }

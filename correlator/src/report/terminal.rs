@@ -102,13 +102,12 @@ pub fn render(r: &Report) -> String {
         let diff = (s.server_requests as f64 - s.client_requests as f64)
             / (s.client_requests.max(1)) as f64
             * 100.0;
-        let batched = if s.stats.estimated_requests != s.stats.requests {
-            format!(
-                "; ≈{} counting reads of several requests, whole recording",
-                s.stats.estimated_requests
-            )
-        } else {
-            String::new()
+        let batched = match s.server_requests_estimated {
+            Some(est) if est != s.server_requests => format!(
+                "; ≈{est} counting reads of several requests, {:+.2}%",
+                (est as f64 - s.client_requests as f64) / (s.client_requests.max(1)) as f64 * 100.0
+            ),
+            _ => String::new(),
         };
         let _ = writeln!(
             out,

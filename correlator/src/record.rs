@@ -24,6 +24,7 @@ use crate::{
     timeline::{
         Timeline,
         runfile::{Capture, Overhead, RunFile, StopReason},
+        steal::StealSampler,
     },
 };
 
@@ -89,6 +90,8 @@ pub async fn capture(
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut probes = Probes::attach(&target, cfg)?;
     let started_ns = clock::monotonic_ns();
+    let mut steal = StealSampler::default();
+    steal.sample(started_ns);
     let mut passive = cfg
         .passive
         .clone()
@@ -116,6 +119,7 @@ pub async fn capture(
             _ = tokio::time::sleep_until(deadline) => break StopReason::Duration,
             _ = tick.tick() => {
                 probes.drain(&mut timeline)?;
+                steal.sample(clock::monotonic_ns());
                 if let Some(p) = &mut passive {
                     probes.drain_requests(|r| p.push(r));
                 }
@@ -133,6 +137,7 @@ pub async fn capture(
         }
     };
     let ended_ns = clock::monotonic_ns();
+    steal.sample(ended_ns);
     if let Some(bar) = session.bar {
         bar.finish_and_clear();
     }
@@ -181,6 +186,7 @@ pub async fn capture(
         },
         notes,
         server_latency,
+        steal: steal.into_samples(),
     })
 }
 

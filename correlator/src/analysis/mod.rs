@@ -68,6 +68,10 @@ pub struct TimeAccount {
     /// Hard-IRQ and softirq time on the target's CPUs above baseline.
     pub hardirq_ns: u64,
     pub softirq_ns: u64,
+    /// Hypervisor steal on the worst CPU during the episode, at most (see
+    /// timeline::steal: 100 ms samples of 10 ms ticks).
+    #[serde(default)]
+    pub steal_ns: u64,
     /// Estimated from excess fault and migration counts (see docs).
     pub faults_estimated_ns: u64,
     pub migrations_estimated_ns: u64,
@@ -185,6 +189,7 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         runnable_rates: &runnable_rates,
         baseline: &baseline,
         costs: &costs,
+        steal: &run.steal,
     };
     let episodes: Vec<Episode> = windows.iter().map(|w| episode(w, &ctx)).collect();
     let classification = classify(&episodes, &latency_report, &costs, opts.slo_ns.is_some());
@@ -306,6 +311,7 @@ struct EpisodeContext<'a> {
     runnable_rates: &'a std::collections::HashMap<u32, f64>,
     baseline: &'a Baseline,
     costs: &'a Costs,
+    steal: &'a [crate::timeline::steal::StealSample],
 }
 
 fn episode(w: &Window, ctx: &EpisodeContext) -> Episode {
@@ -354,9 +360,11 @@ fn episode(w: &Window, ctx: &EpisodeContext) -> Episode {
         faults_estimated_ns: (over("page_faults_minor") * costs.minor_fault_ns
             + over("page_faults_major") * MAJOR_FAULT_COST_NS) as u64,
         migrations_estimated_ns: (over("migrations") * MIGRATION_COST_NS) as u64,
+        steal_ns: crate::timeline::steal::stolen_within(ctx.steal, w.start_ns, w.end_ns).min(d),
         ..TimeAccount::default()
     };
     let explained = (account.runnable_ns
+        + account.steal_ns
         + account.blocked_ns
         + account.hardirq_ns
         + account.softirq_ns
@@ -542,6 +550,12 @@ fn rank_causes(episodes: &[Episode], signature: Signature, costs: &Costs) -> Vec
         &|a| a.hardirq_ns,
         "hard-IRQ time on the target's CPUs above the baseline, while a target thread ran or waited for the CPU".into(),
         "move IRQ affinity away from the server's CPUs (knob irq-affinity=IRQ:CPULIST) and re-measure".into(),
+    );
+    time_cause(
+        "steal",
+        &|a| a.steal_ns,
+        "the hypervisor took the CPU (steal time in /proc/stat, 10 ms ticks sampled every 100 ms: an upper bound)".into(),
+        "not the server's doing: move to dedicated vCPUs or a less contended host, and re-measure".into(),
     );
     time_cause(
         "softirq",

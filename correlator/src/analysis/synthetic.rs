@@ -127,5 +127,6 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         notes: Vec::new(),
         latency: Some(latency),
         server_latency: None,
+        steal: Vec::new(),
     }
 }

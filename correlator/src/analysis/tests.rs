@@ -34,6 +34,7 @@ struct Synth {
     stalls: Vec<(u64, u64)>,
     /// Extra per-phase service time that makes spikes grow with load.
     phase_slow_every: Vec<u64>,
+    steal: Vec<crate::timeline::steal::StealSample>,
 }
 
 impl Synth {
@@ -44,6 +45,7 @@ impl Synth {
             phases: vec![(rate, T0, T0 + seconds * 1_000 * MS)],
             stalls: Vec::new(),
             phase_slow_every: vec![0],
+            steal: Vec::new(),
         }
     }
 
@@ -62,6 +64,7 @@ impl Synth {
             phases,
             stalls: Vec::new(),
             phase_slow_every: slow_every.to_vec(),
+            steal: Vec::new(),
         }
     }
 
@@ -191,6 +194,7 @@ impl Synth {
             notes: Vec::new(),
             latency: None,
             server_latency: None,
+            steal: self.steal.clone(),
         };
         let lat = LatencyCapture {
             source: "synthetic".into(),
@@ -308,6 +312,25 @@ fn softirq_and_hardirq_time() {
         }
     }
     assert_eq!(top(&run(s)), "hardirq");
+}
+
+/// Stalls with nothing in the kernel but steal time on the CPU are the
+/// hypervisor's, not on-CPU work.
+#[test]
+fn stalls_under_steal_are_the_hypervisors() {
+    let mut s = Synth::new(10_000.0, 5);
+    s.ordinary_sleeps(101);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 20 * MS);
+        s.steal.push(crate::timeline::steal::StealSample {
+            cpu: 1,
+            start_ns: at - 50 * MS,
+            end_ns: at + 50 * MS,
+            steal_ns: 20 * MS,
+        });
+    }
+    let a = run(s);
+    assert_eq!(top(&a), "steal", "{:#?}", a.classification.causes);
 }
 
 /// A thread that waits for its CPU while softirqs run there (or ksoftirqd,

@@ -241,20 +241,21 @@ fn account_plot(r: &Report) -> String {
     let bar_h = 14.0;
     let h = 40.0 + bar_h * shown.len() as f64 * 1.3;
     let mut svg = format!(r#"<svg viewBox="0 0 {W} {h}" width="{W}" height="{h}" class="plot">"#);
-    let parts: [(&str, &str); 6] = [
+    let parts: [(&str, &str); 7] = [
         ("waiting runnable", "#e8853d"),
         ("blocked", "#8a63d2"),
         ("hard IRQ", "#c33"),
         ("softirq", "#e0b000"),
-        ("faults/migrations (est.)", "#2a9d8f"),
-        ("unexplained (on CPU?)", "#bbb"),
+        ("faults/migr. (est.)", "#2a9d8f"),
+        ("host steal (≤)", "#5b8fd6"),
+        ("unexplained", "#bbb"),
     ];
     for (i, (name, color)) in parts.iter().enumerate() {
         let _ = write!(
             svg,
             r#"<rect x="{:.1}" y="6" width="10" height="10" fill="{color}"/><text x="{:.1}" y="15" font-size="11">{name}</text>"#,
-            LEFT + i as f64 * 150.0,
-            LEFT + i as f64 * 150.0 + 14.0
+            LEFT + i as f64 * 128.0,
+            LEFT + i as f64 * 128.0 + 14.0
         );
     }
     for (k, e) in shown.iter().enumerate() {
@@ -266,6 +267,7 @@ fn account_plot(r: &Report) -> String {
             a.hardirq_ns,
             a.softirq_ns,
             a.faults_estimated_ns + a.migrations_estimated_ns,
+            a.steal_ns,
             a.unexplained_ns,
         ];
         let total: f64 = values.iter().map(|&v| v as f64).sum::<f64>().max(d);

@@ -7,6 +7,7 @@
 //! are counted, never silently dropped.
 
 pub mod runfile;
+pub mod steal;
 
 use std::collections::BTreeMap;
 

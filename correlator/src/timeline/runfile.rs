@@ -9,6 +9,7 @@ use std::{collections::BTreeMap, fs, io::BufWriter, path::Path};
 use anyhow::{Context as _, Result, bail};
 use correlator_common::{Counter, NUM_COUNTERS};
 
+use super::steal::StealSample;
 use crate::latency::passive::ServerLatency;
 use serde::{Deserialize, Serialize};
 
@@ -170,6 +171,9 @@ pub struct RunFile {
     /// `--uprobe`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_latency: Option<ServerLatency>,
+    /// Hypervisor steal time per CPU (intervals with some steal only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steal: Vec<StealSample>,
 }
 
 /// Name of each counter slot in run files.
@@ -215,6 +219,7 @@ pub struct Capture {
     pub overhead: Overhead,
     pub notes: Vec<String>,
     pub server_latency: Option<ServerLatency>,
+    pub steal: Vec<StealSample>,
 }
 
 impl RunFile {
@@ -286,6 +291,7 @@ impl RunFile {
             notes,
             latency: None,
             server_latency: c.server_latency,
+            steal: c.steal,
         }
     }
 

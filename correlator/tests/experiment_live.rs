@@ -64,7 +64,7 @@ fn stopping_a_cpu_hog_improves_p99() {
     let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
     let hog = Proc(
         Command::new(BIN)
-            .args(["demo-hog", "--cpu", "1", "--continuous"])
+            .args(["demo-hog", "--cpu", "1", "--continuous", "--nice", "-20"])
             .spawn()
             .expect("hog"),
     );

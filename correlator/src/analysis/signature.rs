@@ -99,13 +99,28 @@ pub fn signature(
     }
 }
 
-/// Regular starts (≥ 80% of intervals within ±20% of the median) and
-/// similar sizes (peak latency within a factor of 3 of the median for ≥ 80%).
+/// Similar sizes (peak latency within a factor of 3 of the median for
+/// ≥ 80% of episodes) and, among those similar episodes, regular starts
+/// (≥ 80% of their intervals within ±20% of the median). Intervals are taken
+/// over the similar episodes only: a periodic job plus a few unrelated
+/// small spikes (a VM hiccup) is still a periodic job.
 fn periodic(episodes: &[Episode]) -> Option<SignatureResult> {
     if episodes.len() < 4 {
         return None;
     }
-    let starts: Vec<f64> = episodes.iter().map(|e| e.window.start_ns as f64).collect();
+    let mut peaks: Vec<f64> = episodes.iter().map(|e| e.window.peak_ns as f64).collect();
+    let peak = median(&mut peaks);
+    let similar: Vec<&Episode> = episodes
+        .iter()
+        .filter(|e| {
+            let p = e.window.peak_ns as f64;
+            p <= 3.0 * peak && p >= peak / 3.0
+        })
+        .collect();
+    if (similar.len() as f64) < 0.8 * episodes.len() as f64 || similar.len() < 4 {
+        return None;
+    }
+    let starts: Vec<f64> = similar.iter().map(|e| e.window.start_ns as f64).collect();
     let mut gaps: Vec<f64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
     let period = median(&mut gaps.clone());
     if period <= 0.0 {
@@ -119,18 +134,6 @@ fn periodic(episodes: &[Episode]) -> Option<SignatureResult> {
     if (regular.len() as f64) < 0.8 * gaps.len() as f64 {
         return None;
     }
-    let mut peaks: Vec<f64> = episodes.iter().map(|e| e.window.peak_ns as f64).collect();
-    let peak = median(&mut peaks);
-    let similar = episodes
-        .iter()
-        .filter(|e| {
-            let p = e.window.peak_ns as f64;
-            p <= 3.0 * peak && p >= peak / 3.0
-        })
-        .count();
-    if (similar as f64) < 0.8 * episodes.len() as f64 {
-        return None;
-    }
     let mean = regular.iter().sum::<f64>() / regular.len() as f64;
     let jitter =
         (regular.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / regular.len() as f64).sqrt();
@@ -140,7 +143,8 @@ fn periodic(episodes: &[Episode]) -> Option<SignatureResult> {
         period_ms: Some(period / 1e6),
         jitter_ms: Some(jitter / 1e6),
         evidence: format!(
-            "{} episodes every {:.1} ms (jitter {:.2} ms; {} of {} intervals within ±20%), peaks of similar size (median {:.2} ms)",
+            "{} of {} episodes every {:.1} ms (jitter {:.2} ms; {} of {} intervals within ±20%), peaks of similar size (median {:.2} ms)",
+            similar.len(),
             episodes.len(),
             period / 1e6,
             jitter / 1e6,

@@ -272,11 +272,24 @@ pub fn bootstrap_change(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Ch
 
 /// The verdict in the words of the procedure. Lower is better (latency).
 /// An effect is only claimed when the bootstrap CI of the change excludes 0.
+/// Whether a relative change reaches the minimum meaningful change, both
+/// as ratios: a change of m% up (ratio 1 + m) is as large as one down to
+/// ratio 1 / (1 + m). Comparing percentages directly would make a floor
+/// above 100% (a noisy A/A) unreachable by any improvement, since no
+/// latency falls by more than 100%.
+pub fn meaningful(change_pct: f64, min_change_pct: f64) -> bool {
+    let ratio = 1.0 + change_pct / 100.0;
+    if ratio <= 0.0 {
+        return true;
+    }
+    ratio.ln().abs() >= (1.0 + min_change_pct.max(0.0) / 100.0).ln()
+}
+
 pub fn verdict(p_value: f64, alpha: f64, ci: &ChangeCi, min_change_pct: f64) -> String {
     if p_value >= alpha {
         return "no significant difference".into();
     }
-    if ci.change_pct.abs() < min_change_pct {
+    if !meaningful(ci.change_pct, min_change_pct) {
         return "significant but below the minimum meaningful change".into();
     }
     if ci.ci_low_pct <= 0.0 && ci.ci_high_pct >= 0.0 {

@@ -133,6 +133,19 @@ fn aa_false_positive_rate_is_alpha() {
 }
 
 #[test]
+fn meaningful_changes_are_judged_as_ratios() {
+    // A 403% A/A floor: down to 1/5.03 = -80.1% is as large.
+    assert!(meaningful(-84.6, 403.0));
+    assert!(!meaningful(-75.0, 403.0));
+    assert!(meaningful(410.0, 403.0));
+    // Small floors behave like percentages.
+    assert!(!meaningful(5.0, 10.0));
+    assert!(!meaningful(-8.0, 10.0));
+    assert!(meaningful(-9.5, 10.0));
+    assert!(meaningful(12.0, 10.0));
+}
+
+#[test]
 fn verdict_words() {
     let ci = ChangeCi {
         change_pct: -20.0,

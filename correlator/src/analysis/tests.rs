@@ -231,8 +231,8 @@ fn sporadic_times(n: usize, seconds: u64) -> Vec<u64> {
     out
 }
 
-#[test]
-fn periodic_page_fault_bursts() {
+/// Ten 20 ms stalls full of minor faults, every 400 ms, over background faults.
+fn periodic_fault_bursts() -> Synth {
     let mut s = Synth::new(10_000.0, 5);
     s.background(Counter::PageFaultsMinor, 20);
     s.ordinary_sleeps(101);
@@ -243,6 +243,12 @@ fn periodic_page_fault_bursts() {
             s.events(at + k * MS, Counter::PageFaultsMinor, 700);
         }
     }
+    s
+}
+
+#[test]
+fn periodic_page_fault_bursts() {
+    let s = periodic_fault_bursts();
     let a = run(s);
     assert_eq!(a.episodes.len(), 10);
     assert_eq!(
@@ -262,16 +268,7 @@ fn periodic_page_fault_bursts() {
 /// had made it "sporadic".)
 #[test]
 fn periodic_survives_unrelated_small_stalls() {
-    let mut s = Synth::new(10_000.0, 5);
-    s.background(Counter::PageFaultsMinor, 20);
-    s.ordinary_sleeps(101);
-    for i in 0..10 {
-        let at = T0 + 250 * MS + i * 400 * MS;
-        s.stall(at, 20 * MS);
-        for k in 0..20 {
-            s.events(at + k * MS, Counter::PageFaultsMinor, 700);
-        }
-    }
+    let mut s = periodic_fault_bursts();
     for at in [T0 + 500 * MS, T0 + 1_480 * MS] {
         s.stall(at, 3 * MS);
     }

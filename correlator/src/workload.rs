@@ -287,12 +287,7 @@ pub struct PinnedThread {
 
 impl PinnedThread {
     pub fn to(cpus: &[usize]) -> Result<Self> {
-        let status = std::fs::read_to_string("/proc/thread-self/status")?;
-        let previous = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .and_then(parse_cpu_list)
-            .context("cannot read this thread's CPU affinity")?;
+        let previous = affinity(0)?;
         pin_set(cpus)?;
         Ok(Self { previous })
     }
@@ -306,6 +301,31 @@ impl Drop for PinnedThread {
 
 /// Restricts the calling thread to a set of CPUs.
 pub fn pin_set(cpus: &[usize]) -> Result<()> {
+    set_affinity(0, cpus)
+}
+
+/// The CPUs thread `tid` may run on (0: the calling thread).
+pub fn affinity(tid: u32) -> Result<Vec<usize>> {
+    // SAFETY: zeroed cpu_set_t is valid output storage.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer and size.
+    let rc = unsafe {
+        libc::sched_getaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), &mut set)
+    };
+    if rc != 0 {
+        bail!(
+            "sched_getaffinity({tid}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: reading a set filled by the kernel.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Restricts thread `tid` (0: the calling thread) to a set of CPUs.
+pub fn set_affinity(tid: u32, cpus: &[usize]) -> Result<()> {
     // SAFETY: zeroed cpu_set_t is an empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &cpu in cpus {
@@ -315,11 +335,12 @@ pub fn pin_set(cpus: &[usize]) -> Result<()> {
         // SAFETY: cpu < CPU_SETSIZE, checked above.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
-    // SAFETY: valid set for the calling thread.
-    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    // SAFETY: valid set.
+    let rc =
+        unsafe { libc::sched_setaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
         bail!(
-            "sched_setaffinity({cpus:?}): {}",
+            "sched_setaffinity({tid}, {cpus:?}): {}",
             std::io::Error::last_os_error()
         );
     }

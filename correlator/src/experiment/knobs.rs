@@ -7,7 +7,10 @@ use std::{fs, path::Path};
 use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::{target::Target, workload::parse_cpu_list};
+use crate::{
+    target::Target,
+    workload::{affinity, parse_cpu_list, set_affinity},
+};
 
 const THP: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
 
@@ -134,44 +137,6 @@ fn thp_mode() -> Result<String> {
         .with_context(|| format!("cannot parse {THP}: {text:?}"))
 }
 
-fn get_affinity(tid: u32) -> Result<Vec<usize>> {
-    // SAFETY: zeroed cpu_set_t is valid output storage.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer and size.
-    let rc = unsafe {
-        libc::sched_getaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), &mut set)
-    };
-    if rc != 0 {
-        bail!(
-            "sched_getaffinity({tid}): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    // SAFETY: reading a set filled by the kernel.
-    Ok((0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect())
-}
-
-fn set_affinity(tid: u32, cpus: &[usize]) -> Result<()> {
-    // SAFETY: zeroed cpu_set_t is an empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus {
-        // SAFETY: c < CPU_SETSIZE (from parse or from the kernel).
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    // SAFETY: valid set.
-    let rc =
-        unsafe { libc::sched_setaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        bail!(
-            "sched_setaffinity({tid}, {cpus:?}): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
-}
-
 /// The `rps_cpus` files of every receive queue of `dev`.
 fn rps_files(dev: &str) -> Result<Vec<String>> {
     let dir = format!("/sys/class/net/{dev}/queues");
@@ -235,7 +200,7 @@ pub fn apply(knob: &Knob, target: &Target) -> Result<Saved> {
         Knob::Pin(cpus) => {
             let mut threads = Vec::new();
             for (_, tid) in target.threads(false) {
-                let before = get_affinity(tid)?;
+                let before = affinity(tid)?;
                 set_affinity(tid, cpus)?;
                 threads.push((tid, before));
             }

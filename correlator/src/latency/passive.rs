@@ -177,14 +177,6 @@ impl Passive {
         }
     }
 
-    pub fn source(&self) -> &PassiveSource {
-        &self.source
-    }
-
-    pub fn requests(&self) -> u64 {
-        self.stats.requests
-    }
-
     pub fn push(&mut self, r: &RequestRecord) {
         if r.fd != UPROBE_FD && !self.is_socket(r.tgid, r.fd) {
             self.stats.not_socket += 1;

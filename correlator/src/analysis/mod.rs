@@ -189,9 +189,14 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         runnable_rates: &runnable_rates,
         baseline: &baseline,
         costs: &costs,
-        steal: &run.steal,
     };
-    let episodes: Vec<Episode> = windows.iter().map(|w| episode(w, &ctx)).collect();
+    let spans: Vec<(u64, u64)> = windows.iter().map(|w| (w.start_ns, w.end_ns)).collect();
+    let steal = crate::timeline::steal::allocate(&run.steal, &spans);
+    let episodes: Vec<Episode> = windows
+        .iter()
+        .zip(steal)
+        .map(|(w, stolen)| episode(w, stolen, &ctx))
+        .collect();
     let classification = classify(&episodes, &latency_report, &costs, opts.slo_ns.is_some());
     Analysis {
         latency: latency_report,
@@ -311,10 +316,10 @@ struct EpisodeContext<'a> {
     runnable_rates: &'a std::collections::HashMap<u32, f64>,
     baseline: &'a Baseline,
     costs: &'a Costs,
-    steal: &'a [crate::timeline::steal::StealSample],
 }
 
-fn episode(w: &Window, ctx: &EpisodeContext) -> Episode {
+/// `stolen`: hypervisor steal handed to this episode (timeline::steal::allocate).
+fn episode(w: &Window, stolen: u64, ctx: &EpisodeContext) -> Episode {
     let (kt, threads, baseline, costs) = (ctx.kt, ctx.threads, ctx.baseline, ctx.costs);
     let (first, last) = kt.bucket_range(w.start_ns, w.end_ns);
     // The bucket before the first delayed request too (see Baseline::new).
@@ -360,7 +365,7 @@ fn episode(w: &Window, ctx: &EpisodeContext) -> Episode {
         faults_estimated_ns: (over("page_faults_minor") * costs.minor_fault_ns
             + over("page_faults_major") * MAJOR_FAULT_COST_NS) as u64,
         migrations_estimated_ns: (over("migrations") * MIGRATION_COST_NS) as u64,
-        steal_ns: crate::timeline::steal::stolen_within(ctx.steal, w.start_ns, w.end_ns).min(d),
+        steal_ns: stolen.min(d),
         ..TimeAccount::default()
     };
     let explained = (account.runnable_ns

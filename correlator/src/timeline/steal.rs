@@ -74,17 +74,32 @@ impl StealSampler {
     }
 }
 
-/// Steal that may have hit `[start, end]`: per CPU, each overlapping
-/// interval's steal capped at its overlap with the window; the worst CPU.
-pub fn stolen_within(samples: &[StealSample], start: u64, end: u64) -> u64 {
-    let mut per_cpu: std::collections::BTreeMap<u32, u64> = Default::default();
+/// Steal that may have hit each window (time-ordered `(start, end)`): each
+/// sample's steal is handed out once, in time order, to the windows that
+/// overlap it, at most the overlap each, so stolen time is never counted in
+/// two episodes; per window, the worst CPU.
+pub fn allocate(samples: &[StealSample], windows: &[(u64, u64)]) -> Vec<u64> {
+    let mut per_cpu: std::collections::BTreeMap<u32, Vec<u64>> = Default::default();
     for s in samples {
-        let overlap = end.min(s.end_ns).saturating_sub(start.max(s.start_ns));
-        if overlap > 0 {
-            *per_cpu.entry(s.cpu).or_default() += s.steal_ns.min(overlap);
+        let credits = per_cpu
+            .entry(s.cpu)
+            .or_insert_with(|| vec![0; windows.len()]);
+        let mut left = s.steal_ns;
+        for (credit, &(start, end)) in credits.iter_mut().zip(windows) {
+            if left == 0 {
+                break;
+            }
+            let c = end
+                .min(s.end_ns)
+                .saturating_sub(start.max(s.start_ns))
+                .min(left);
+            *credit += c;
+            left -= c;
         }
     }
-    per_cpu.into_values().max().unwrap_or(0)
+    (0..windows.len())
+        .map(|i| per_cpu.values().map(|v| v[i]).max().unwrap_or(0))
+        .collect()
 }
 
 #[cfg(test)]
@@ -101,8 +116,21 @@ mod tests {
         };
         let samples = [s(0, 0, 100, 30), s(1, 0, 100, 5), s(1, 100, 200, 50)];
         // Window 90..120: CPU 0 overlaps 10 (steal 30 → 10), CPU 1: 5 + 20.
-        assert_eq!(stolen_within(&samples, 90, 120), 25);
-        assert_eq!(stolen_within(&samples, 300, 400), 0);
+        assert_eq!(allocate(&samples, &[(90, 120), (300, 400)]), vec![25, 0]);
+    }
+
+    #[test]
+    fn stolen_time_is_counted_in_one_episode_only() {
+        // 10 ms stolen in a 100 ms interval with five 4 ms episodes in it:
+        // 10 ms in all, not 4 ms each.
+        let samples = [StealSample {
+            cpu: 1,
+            start_ns: 0,
+            end_ns: 100,
+            steal_ns: 10,
+        }];
+        let windows: Vec<(u64, u64)> = (0..5).map(|i| (i * 20, i * 20 + 4)).collect();
+        assert_eq!(allocate(&samples, &windows), vec![4, 4, 2, 0, 0]);
     }
 
     #[test]

@@ -69,7 +69,8 @@ pub struct TimeAccount {
     pub hardirq_ns: u64,
     pub softirq_ns: u64,
     /// Hypervisor steal on the worst CPU during the episode, at most (see
-    /// timeline::steal: 100 ms samples of 10 ms ticks).
+    /// timeline::steal: 100 ms samples of 10 ms ticks), and at most the
+    /// episode time not measured as off-CPU or IRQ time.
     #[serde(default)]
     pub steal_ns: u64,
     /// Estimated from excess fault and migration counts (see docs).
@@ -355,17 +356,29 @@ fn episode(w: &Window, stolen: u64, ctx: &EpisodeContext) -> Episode {
     // ksoftirqd's softirq work), not to another task: it is IRQ time.
     let (hardirq_wait, softirq_wait) = (over("hardirq_wait_ns"), over("softirq_wait_ns"));
     let runnable_ns = runnable_ns.saturating_sub((hardirq_wait + softirq_wait) as u64);
+    let blocked_ns = blocked.as_ref().map_or(0, |b| b.0);
+    let (hardirq_ns, softirq_ns) = (
+        (over("hardirq_ns") + hardirq_wait) as u64,
+        (over("softirq_ns") + softirq_wait) as u64,
+    );
+    // Steal is invisible to the guest: a thread whose vCPU the host took
+    // looks as if it ran. So stolen time can only explain the part of the
+    // episode the guest did not see as off-CPU or in IRQs; that measured
+    // time is timed exactly and comes first, while the steal sample is an
+    // upper bound at 100 ms resolution. Without this cap a host stealing
+    // 15% under load hands every lock wait its "steal".
+    let seen_off_cpu = runnable_ns.min(d) + blocked_ns + hardirq_ns + softirq_ns;
     let mut account = TimeAccount {
         duration_ns: d,
         runnable_ns: runnable_ns.min(d),
         preempted_by: preempted_by.filter(|_| runnable_ns > 0),
-        blocked_ns: blocked.as_ref().map_or(0, |b| b.0),
-        hardirq_ns: (over("hardirq_ns") + hardirq_wait) as u64,
-        softirq_ns: (over("softirq_ns") + softirq_wait) as u64,
+        blocked_ns,
+        hardirq_ns,
+        softirq_ns,
         faults_estimated_ns: (over("page_faults_minor") * costs.minor_fault_ns
             + over("page_faults_major") * MAJOR_FAULT_COST_NS) as u64,
         migrations_estimated_ns: (over("migrations") * MIGRATION_COST_NS) as u64,
-        steal_ns: stolen.min(d),
+        steal_ns: stolen.min(d.saturating_sub(seen_off_cpu)),
         ..TimeAccount::default()
     };
     let explained = (account.runnable_ns
@@ -559,7 +572,7 @@ fn rank_causes(episodes: &[Episode], signature: Signature, costs: &Costs) -> Vec
     time_cause(
         "steal",
         &|a| a.steal_ns,
-        "the hypervisor took the CPU (steal time in /proc/stat, 10 ms ticks sampled every 100 ms: an upper bound)".into(),
+        "the hypervisor took the CPU (steal time in /proc/stat, 10 ms ticks sampled every 100 ms: an upper bound, counted only where the thread was not measured off-CPU)".into(),
         "not the server's doing: move to dedicated vCPUs or a less contended host, and re-measure".into(),
     );
     time_cause(

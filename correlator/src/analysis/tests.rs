@@ -361,6 +361,41 @@ fn stalls_under_steal_are_the_hypervisors() {
     assert_eq!(top(&a), "steal", "{:#?}", a.classification.causes);
 }
 
+/// A lock wait on a host that steals heavily (every 100 ms sample has more
+/// steal than the episode is long) is still the lock's: the thread was
+/// measured asleep, so the stolen time cannot have been its delay.
+#[test]
+fn blocking_under_heavy_steal_is_still_blocking() {
+    let mut s = Synth::new(10_000.0, 5);
+    s.ordinary_sleeps(101);
+    let (start, end) = (s.phases[0].1, s.phases[0].2);
+    let mut t = start;
+    while t < end {
+        for cpu in 0..2 {
+            s.steal.push(crate::timeline::steal::StealSample {
+                cpu,
+                start_ns: t,
+                end_ns: t + 100 * MS,
+                steal_ns: 30 * MS,
+            });
+        }
+        t += 100 * MS;
+    }
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 15 * MS);
+        s.off(101, at, 30 * US, 14 * MS, false, "");
+    }
+    let a = run(s);
+    assert_eq!(top(&a), "blocking", "{:#?}", a.classification.causes);
+    assert!(
+        a.episodes
+            .iter()
+            .all(|e| e.account.steal_ns <= e.account.duration_ns / 10),
+        "{:#?}",
+        a.episodes.iter().map(|e| &e.account).collect::<Vec<_>>()
+    );
+}
+
 /// A thread that waits for its CPU while softirqs run there (or ksoftirqd,
 /// the task that "ran instead") is delayed by softirq work, not preempted by
 /// a neighbour: the wait time the kernel saw as IRQ time moves to softirq.

@@ -117,6 +117,12 @@ pub struct Classification {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PhaseLatency {
     pub rate: Option<f64>,
+    /// Measured window (after warm-up), CLOCK_MONOTONIC ns: the clock of
+    /// the episodes, so a reader can place outside events against them.
+    #[serde(default)]
+    pub start_ns: u64,
+    #[serde(default)]
+    pub end_ns: u64,
     pub spikes: u64,
     pub spike_fraction: f64,
     #[serde(flatten)]
@@ -238,6 +244,8 @@ fn latency_report(
             let spikes = spikes_in(i as u32);
             PhaseLatency {
                 rate: p.rate,
+                start_ns: p.start_ns,
+                end_ns: p.end_ns,
                 spikes,
                 spike_fraction: spikes as f64 / d.count().max(1) as f64,
                 summary: d.summary(),

@@ -21,6 +21,7 @@ use tokio::{
 
 use super::Scenario;
 use crate::{
+    clock::monotonic_ns,
     memory::Region,
     stats::Rng,
     workload::{pin, set_name},
@@ -55,6 +56,34 @@ pub struct DemoServerArgs {
     /// Directory for the major-fault scenario's file (on a disk, not tmpfs).
     #[arg(long, default_value = "/var/tmp")]
     pub file_dir: PathBuf,
+    /// Write each injected event as a JSON line `{"kind", "start_ns",
+    /// "end_ns"}` (CLOCK_MONOTONIC, the clock of correlator's timeline):
+    /// ground truth for checking what the analysis found.
+    #[arg(long)]
+    pub events: Option<PathBuf>,
+}
+
+/// The injected events as they happen, one JSON line each, written
+/// unbuffered so a killed server leaves every event it injected.
+struct EventLog(Option<std::fs::File>);
+
+impl EventLog {
+    fn create(path: Option<&std::path::Path>) -> Result<Self> {
+        path.map(|p| {
+            std::fs::File::create(p)
+                .with_context(|| format!("cannot create the event log {}", p.display()))
+        })
+        .transpose()
+        .map(Self)
+    }
+
+    fn record(&mut self, kind: &str, start_ns: u64, end_ns: u64) {
+        use std::io::Write as _;
+        if let Some(f) = &mut self.0 {
+            let line = serde_json::json!({"kind": kind, "start_ns": start_ns, "end_ns": end_ns});
+            let _ = writeln!(f, "{line}");
+        }
+    }
 }
 
 /// Datagrams per softirq burst: each costs the receiving CPU one delivery
@@ -191,11 +220,12 @@ impl Injected {
     }
 
     /// The injector: at random times (mean `every`), prepares the next event.
-    fn inject(&self, every: Duration, lock: &Mutex<()>) {
+    fn inject(&self, every: Duration, lock: &Mutex<()>, log: &mut EventLog) {
         let mut rng = Rng::new(u64::from(std::process::id()) ^ 0x5eed);
         let mean = u64::try_from(every.as_millis()).unwrap_or(500).max(10);
         loop {
             std::thread::sleep(Duration::from_millis(sporadic_gap(&mut rng, mean)));
+            let start = monotonic_ns();
             let p = &self.pending;
             match self.scenario {
                 Scenario::PageFaults => {
@@ -224,6 +254,7 @@ impl Injected {
                 }
                 _ => return,
             }
+            log.record(self.scenario.name(), start, monotonic_ns());
         }
     }
 }
@@ -298,6 +329,7 @@ fn spin(d: Duration) {
 pub fn run(args: &DemoServerArgs) -> Result<()> {
     set_name("demo-server");
     let injected = Arc::new(Injected::new(args)?);
+    let mut log = EventLog::create(args.events.as_deref())?;
     let lock = Arc::new(Mutex::new(()));
     {
         let (injected, lock, every, cpu) = (
@@ -316,7 +348,7 @@ pub fn run(args: &DemoServerArgs) -> Result<()> {
                     // client-side latency, not the server's).
                     sched_idle();
                 }
-                injected.inject(every, &lock);
+                injected.inject(every, &lock, &mut log);
             })?;
     }
     pin(args.cpu)?;

@@ -201,14 +201,21 @@ pub struct ConnState {
     pub bytes_in: u64,
 }
 
-/// `--uprobe` state of one thread inside a sampled call.
+/// `--uprobe` state of one thread that called the function.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CallState {
+    /// Start of the call being timed; 0 while none is (CLOCK_MONOTONIC is
+    /// never 0 once the system runs).
     pub start_ns: u64,
-    /// Nested calls of the function inside the sampled one (recursion):
+    /// Nested calls of the function inside the timed one (recursion):
     /// their returns do not end it.
     pub depth: u64,
+    /// The thread's calls so far (outermost ones): every `uprobe_every`-th
+    /// is timed. Per thread, so exactly one in N of a thread's calls is
+    /// timed wherever it runs (a per-CPU count falls short when the thread
+    /// migrates), without an atomic shared by all CPUs.
+    pub seq: u64,
 }
 
 /// Load-time configuration of the kernel side (one global).

@@ -868,8 +868,8 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// `--uprobe` entry: time one call in `uprobe_every` (per CPU: a counter
-/// modulo N), and count nesting inside a timed call.
+/// `--uprobe` entry: time one call in `uprobe_every` of each thread (its
+/// N-th, 2N-th, ... call), and count nesting inside a timed call.
 #[uprobe]
 pub fn call_entry(_ctx: ProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -877,27 +877,30 @@ pub fn call_entry(_ctx: ProbeContext) -> u32 {
         return 0;
     }
     let tid = pid_tgid as u32;
-    let Some(cpu) = cpu_state() else { return 0 };
-    // SAFETY: per-CPU value.
-    let calls = unsafe {
-        let slot = &mut (*cpu).totals[Total::UprobeCalls as usize];
-        *slot += 1;
-        *slot
+    total_add(Total::UprobeCalls);
+    let c = match CALLS.get_ptr_mut(&tid) {
+        Some(c) => c,
+        None => {
+            let _ = CALLS.insert(&tid, &CallState::default(), 0);
+            let Some(c) = CALLS.get_ptr_mut(&tid) else {
+                return 0;
+            };
+            c
+        }
     };
-    if let Some(c) = CALLS.get_ptr_mut(&tid) {
-        // SAFETY: map value, only this thread's probes touch it.
-        unsafe { (*c).depth += 1 };
-        return 0;
-    }
     let every = config!(uprobe_every).max(1);
-    if calls % every != 0 {
-        return 0;
+    // SAFETY: map value, only this thread's probes touch it.
+    unsafe {
+        if (*c).start_ns != 0 {
+            (*c).depth += 1;
+            return 0;
+        }
+        (*c).seq += 1;
+        if (*c).seq % every == 0 {
+            (*c).depth = 0;
+            (*c).start_ns = now();
+        }
     }
-    let state = CallState {
-        start_ns: now(),
-        depth: 0,
-    };
-    let _ = CALLS.insert(&tid, &state, 0);
     0
 }
 
@@ -915,12 +918,15 @@ pub fn call_return(_ctx: RetProbeContext) -> u32 {
     };
     // SAFETY: map value, only this thread's probes touch it.
     unsafe {
+        let start = (*c).start_ns;
+        if start == 0 {
+            return 0;
+        }
         if (*c).depth > 0 {
             (*c).depth -= 1;
             return 0;
         }
-        let start = (*c).start_ns;
-        let _ = CALLS.remove(&tid);
+        (*c).start_ns = 0;
         emit_request(RequestRecord {
             tgid,
             tid,

@@ -245,10 +245,14 @@ fn target_death_restores_the_knob() {
     }
     let sleeper_state =
         || std::fs::read_to_string(format!("/proc/{}/status", sleeper.0.id())).expect("status");
-    assert!(
-        sleeper_state().contains("State:\tT"),
-        "B stops the neighbour"
-    );
+    // The state file is written before the knob is applied (so a crash
+    // while applying can still be undone), and SIGSTOP takes effect when
+    // the sleeping neighbour next runs: wait for it, boundedly.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sleeper_state().contains("State:\tT") {
+        assert!(Instant::now() < deadline, "B stops the neighbour");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     server.0.kill().expect("kill server");
     let _ = server.0.wait();
     let out = child.wait_with_output().expect("experiment exit");

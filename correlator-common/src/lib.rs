@@ -244,6 +244,10 @@ pub struct Config {
     pub regs_nr_offset: u64,
     /// `--uprobe`: time one call in this many (1 = every call).
     pub uprobe_every: u64,
+    /// Non-zero: every program returns at once (the cost of the attach
+    /// points themselves, for `cargo xtask bench probes`). CONFIG is frozen
+    /// read-only data, so the verifier prunes this branch when it is 0.
+    pub floor_only: u64,
 }
 
 /// Slots of the direct-mapped thread table (`tid % THREAD_SLOTS`).

@@ -48,6 +48,7 @@ static CONFIG: Global<Config> = Global::new(Config {
     regs_arg0_offset: 112,
     regs_nr_offset: 120,
     uprobe_every: 1,
+    floor_only: 0,
 });
 
 /// One field of CONFIG, as a single volatile load: `CONFIG.load()` copies
@@ -285,6 +286,9 @@ fn count_one(counter: Counter) {
 /// Software perf event PAGE_FAULTS_MIN, period 1, one per CPU.
 #[perf_event]
 pub fn page_fault_minor(_ctx: PerfEventContext) -> u32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     if is_target_tgid(current_tgid()) {
         count_one(Counter::PageFaultsMinor);
     }
@@ -294,6 +298,9 @@ pub fn page_fault_minor(_ctx: PerfEventContext) -> u32 {
 /// Software perf event PAGE_FAULTS_MAJ, period 1, one per CPU.
 #[perf_event]
 pub fn page_fault_major(_ctx: PerfEventContext) -> u32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     if is_target_tgid(current_tgid()) {
         count_one(Counter::PageFaultsMajor);
     }
@@ -305,6 +312,9 @@ pub fn page_fault_major(_ctx: PerfEventContext) -> u32 {
 /// sched_switch(bool preempt, task *prev, task *next, unsigned int prev_state)
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     let Some(cpu) = cpu_state() else { return 0 };
     let preempt: u64 = arg(&ctx, 0);
     let prev_task: *const u8 = arg(&ctx, 1);
@@ -494,6 +504,9 @@ fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64, blocked: u
 /// sched_wakeup(task *p)
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     let task: *const u8 = arg(&ctx, 0);
     let pid = task_pid(task);
     let Some(st) = thread(pid) else { return 0 };
@@ -536,6 +549,9 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
 /// sched_migrate_task(task *p, int dest_cpu)
 #[btf_tracepoint(function = "sched_migrate_task")]
 pub fn sched_migrate_task(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     let pid = task_pid(arg(&ctx, 0));
     if thread(pid).is_some() {
         count_one(Counter::Migrations);
@@ -549,6 +565,9 @@ pub fn sched_migrate_task(ctx: BtfTracePointContext) -> i32 {
 /// task_newtask(task *task, u64 clone_flags)
 #[btf_tracepoint(function = "task_newtask")]
 pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     let tgid = current_tgid();
     if !is_target_tgid(tgid) {
         return 0;
@@ -574,6 +593,9 @@ pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
 /// sched_process_exit(task *p, bool group_dead)
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     let pid = task_pid(arg(&ctx, 0));
     if config!(follow_children) != 0 {
         let _ = CHILD_TGIDS.remove(&pid);
@@ -677,11 +699,17 @@ macro_rules! hardirq_programs {
     ($($entry:ident, $entry_tp:literal, $exit:ident, $exit_tp:literal, $kind:expr;)*) => {$(
         #[btf_tracepoint(function = $entry_tp)]
         pub fn $entry(_ctx: BtfTracePointContext) -> i32 {
+            if config!(floor_only) != 0 {
+                return 0;
+            }
             hardirq_entry();
             0
         }
         #[btf_tracepoint(function = $exit_tp)]
         pub fn $exit(_ctx: BtfTracePointContext) -> i32 {
+            if config!(floor_only) != 0 {
+                return 0;
+            }
             hardirq_exit($kind);
             0
         }
@@ -701,6 +729,9 @@ hardirq_programs! {
 
 #[btf_tracepoint(function = "softirq_entry")]
 pub fn softirq_entry(_ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     if let Some(cpu) = cpu_state() {
         // SAFETY: per-CPU value; softirqs do not nest on a CPU.
         let state = unsafe { &mut *cpu };
@@ -719,6 +750,9 @@ pub fn softirq_entry(_ctx: BtfTracePointContext) -> i32 {
 /// softirq_exit(unsigned int vec_nr)
 #[btf_tracepoint(function = "softirq_exit")]
 pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     let Some(cpu) = cpu_state() else { return 0 };
     // SAFETY: per-CPU value; softirqs do not nest on a CPU.
     let state = unsafe { &mut *cpu };
@@ -798,6 +832,9 @@ fn emit_request(rec: RequestRecord) {
 /// sys_exit(struct pt_regs *regs, long ret)
 #[btf_tracepoint(function = "sys_exit")]
 pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if !is_target_tgid(tgid) {
@@ -872,6 +909,9 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
 /// N-th, 2N-th, ... call), and count nesting inside a timed call.
 #[uprobe]
 pub fn call_entry(_ctx: ProbeContext) -> u32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     if !is_target_tgid((pid_tgid >> 32) as u32) {
         return 0;
@@ -907,6 +947,9 @@ pub fn call_entry(_ctx: ProbeContext) -> u32 {
 /// `--uprobe` return: ends a timed call (not a nested one).
 #[uretprobe]
 pub fn call_return(_ctx: RetProbeContext) -> u32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if !is_target_tgid(tgid) {

@@ -159,6 +159,11 @@ pub async fn capture(
         }
         StopReason::Duration => {}
     }
+    if std::env::var_os("CORRELATOR_FLOOR_ONLY").is_some() {
+        notes.push(
+            "CORRELATOR_FLOOR_ONLY was set: every program returned at once, nothing was counted (a cost measurement)".into(),
+        );
+    }
     if !stats_enabled {
         notes.push("BPF run-time statistics were unavailable: program costs unknown".into());
     }

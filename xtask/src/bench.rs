@@ -18,8 +18,10 @@ use crate::{build_release, workspace_root};
 #[derive(Subcommand)]
 pub enum Bench {
     /// Probe cost: ns per program run, and the slowdown of a context-switch
-    /// heavy load (`perf bench sched pipe -T`) with correlator attached vs not
-    /// attached vs bpftrace counting the same tracepoints.
+    /// heavy load (`perf bench sched pipe -T`, pinned to one CPU and free):
+    /// not attached, correlator, correlator without BPF statistics, empty
+    /// programs on correlator's attach points, bpftrace counting the same
+    /// tracepoints.
     Probes {
         /// Repetitions of each variant.
         #[arg(long, default_value_t = 7)]
@@ -49,7 +51,47 @@ pub fn run(which: Bench) -> Result<()> {
 enum Variant {
     Bare,
     Correlator,
+    /// correlator with the kernel's BPF run-time statistics left off: not a
+    /// product mode (every recording keeps them on), but it splits the cost
+    /// into the programs' own and the statistics' (two clock reads and a
+    /// per-CPU update around every program run).
+    CorrelatorNoStats,
+    /// correlator's programs on the same attach points returning at once,
+    /// statistics on: what attaching anything there costs on this kernel
+    /// (the tracepoint dispatch, and the statistics' clock reads).
+    Floor,
     Bpftrace,
+}
+
+impl Variant {
+    const ALL: [Variant; 5] = [
+        Variant::Bare,
+        Variant::Correlator,
+        Variant::CorrelatorNoStats,
+        Variant::Floor,
+        Variant::Bpftrace,
+    ];
+}
+
+/// The load's placement. Unpinned, the scheduler decides whether the two
+/// pipe threads share a CPU, and any disturbance (a periodic drain, another
+/// process) flips that: co-located they ping-pong faster and preempt each
+/// other on every wakeup, so the wall time moves by tens of percent for
+/// reasons that are not the probes' cost. Pinned to one CPU, placement is
+/// fixed and the comparison is stable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    OneCpu,
+    Free,
+}
+
+impl Placement {
+    fn name(self) -> &'static str {
+        match self {
+            Placement::OneCpu => "both threads on CPU 1",
+            Placement::Free => "threads placed by the scheduler",
+        }
+    }
 }
 
 impl Variant {
@@ -57,6 +99,8 @@ impl Variant {
         match self {
             Variant::Bare => "not attached",
             Variant::Correlator => "correlator",
+            Variant::CorrelatorNoStats => "corr. no stats",
+            Variant::Floor => "empty programs",
             Variant::Bpftrace => "bpftrace",
         }
     }
@@ -70,16 +114,18 @@ struct Sample {
     programs: Vec<(String, u64, u64)>,
 }
 
-/// Turns the kernel's BPF run-time statistics on for the bench (bpftrace's
-/// programs need them too) and restores the previous value on drop.
+/// Holds `kernel.bpf_stats_enabled` at 0 for the bench, so that statistics
+/// are on exactly where a variant takes them (correlator's own
+/// reference-counted fd; `StatsFd` for bpftrace), and restores the previous
+/// value on drop.
 struct StatsSysctl(String);
 
 const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 impl StatsSysctl {
-    fn enable() -> Result<Self> {
+    fn off() -> Result<Self> {
         let old = std::fs::read_to_string(STATS).context("reading bpf_stats_enabled")?;
-        std::fs::write(STATS, "1").context("enabling bpf_stats_enabled (needs root)")?;
+        std::fs::write(STATS, "0").context("setting bpf_stats_enabled (needs root)")?;
         Ok(Self(old.trim().to_string()))
     }
 }
@@ -95,6 +141,39 @@ impl Drop for StatsSysctl {
     }
 }
 
+/// BPF run-time statistics on while this fd is open (`BPF_ENABLE_STATS`,
+/// reference-counted by the kernel), for bpftrace's programs, which do not
+/// take it themselves.
+struct StatsFd {
+    _fd: std::os::fd::OwnedFd,
+}
+
+impl StatsFd {
+    fn take() -> Result<Self> {
+        use std::os::fd::FromRawFd as _;
+        const BPF_ENABLE_STATS: libc::c_long = 32;
+        // union bpf_attr { struct { __u32 type; } enable_stats; }, type 0 =
+        // BPF_STATS_RUN_TIME.
+        let attr = [0u32; 2];
+        // SAFETY: bpf(2) with a valid, zeroed attribute of the given size.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_ENABLE_STATS,
+                attr.as_ptr(),
+                std::mem::size_of_val(&attr),
+            )
+        };
+        if fd < 0 {
+            bail!("BPF_ENABLE_STATS: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd the kernel just returned to us.
+        Ok(Self {
+            _fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(i32::try_from(fd)?) },
+        })
+    }
+}
+
 fn probes(reps: usize, loops: u64) -> Result<()> {
     let bin = build_release()?;
     for tool in ["perf", "bpftrace"] {
@@ -107,25 +186,36 @@ fn probes(reps: usize, loops: u64) -> Result<()> {
             bail!("{tool} not found; run xtask/setup.sh");
         }
     }
-    let _stats = StatsSysctl::enable()?;
+    let _stats = StatsSysctl::off()?;
     let out_dir = workspace_root().join("target/bench");
     std::fs::create_dir_all(&out_dir)?;
-    let order = [Variant::Bare, Variant::Correlator, Variant::Bpftrace];
-    let mut samples: Vec<(Variant, Sample)> = Vec::new();
-    for rep in 0..reps {
-        for i in 0..order.len() {
-            let variant = order[(rep + i) % order.len()];
-            let s = measure(variant, &bin, &out_dir, loops)?;
-            eprintln!(
-                "bench: rep {rep} {:<13} {:.3} s, nivcsw {}",
-                variant.name(),
-                s.elapsed.as_secs_f64(),
-                s.nivcsw
-            );
-            samples.push((variant, s));
+    let mut results = Vec::new();
+    for placement in [Placement::OneCpu, Placement::Free] {
+        let order = Variant::ALL;
+        let mut samples: Vec<(Variant, Sample)> = Vec::new();
+        for rep in 0..reps {
+            for i in 0..order.len() {
+                let variant = order[(rep + i) % order.len()];
+                let s = measure(variant, placement, &bin, &out_dir, loops)?;
+                eprintln!(
+                    "bench: {} rep {rep} {:<15} {:.3} s, nivcsw {}",
+                    placement.name(),
+                    variant.name(),
+                    s.elapsed.as_secs_f64(),
+                    s.nivcsw
+                );
+                samples.push((variant, s));
+            }
         }
+        results.push(report(placement, &samples, loops));
     }
-    report(&samples, loops, &out_dir)
+    let path = out_dir.join("probes.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&json!({"loops": loops, "loads": results}))?,
+    )?;
+    println!("\nwritten to {}", path.display());
+    Ok(())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -141,30 +231,39 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn report(samples: &[(Variant, Sample)], loops: u64, out_dir: &Path) -> Result<()> {
+fn report(placement: Placement, samples: &[(Variant, Sample)], loops: u64) -> Value {
     let of = |v: Variant| samples.iter().filter(move |(x, _)| *x == v).map(|(_, s)| s);
-    let time = |v: Variant| median(of(v).map(|s| s.elapsed.as_secs_f64()).collect());
+    let times = |v: Variant| of(v).map(|s| s.elapsed.as_secs_f64()).collect::<Vec<_>>();
     let nivcsw = |v: Variant| median(of(v).map(|s| s.nivcsw as f64).collect());
-    let bare = time(Variant::Bare);
+    let bare = median(times(Variant::Bare));
     println!(
-        "\nperf bench sched pipe -T -l {loops}: median wall time over {} reps",
+        "\nperf bench sched pipe -T -l {loops}, {}: median wall time over {} reps [min, max]",
+        placement.name(),
         of(Variant::Bare).count()
     );
     let mut rows = Vec::new();
-    for v in [Variant::Bare, Variant::Correlator, Variant::Bpftrace] {
-        let t = time(v);
+    for v in Variant::ALL {
+        let t = times(v);
+        let (m, lo, hi) = (
+            median(t.clone()),
+            t.iter().copied().fold(f64::INFINITY, f64::min),
+            t.iter().copied().fold(0.0, f64::max),
+        );
+        let pct = |x: f64| (x / bare - 1.0) * 100.0;
         println!(
-            "  {:<13} {:>8.3} s   slowdown {:>6.2}%   target nivcsw (median) {:>8.0}",
+            "  {:<15} {:>7.3} s [{:.3}, {:.3}]   slowdown {:>6.2}%   target nivcsw (median) {:>8.0}",
             v.name(),
-            t,
-            (t / bare - 1.0) * 100.0,
+            m,
+            lo,
+            hi,
+            pct(m),
             nivcsw(v)
         );
-        rows.push(json!({"variant": v.name(), "median_s": t, "slowdown_pct": (t / bare - 1.0) * 100.0, "nivcsw_median": nivcsw(v)}));
+        rows.push(json!({"variant": v.name(), "median_s": m, "min_s": lo, "max_s": hi, "slowdown_pct": pct(m), "nivcsw_median": nivcsw(v)}));
     }
-    println!("\nns per program run (summed over reps):");
+    println!("ns per program run (kernel BPF statistics, summed over reps):");
     let mut costs = Vec::new();
-    for v in [Variant::Correlator, Variant::Bpftrace] {
+    for v in [Variant::Correlator, Variant::Floor, Variant::Bpftrace] {
         let mut total: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
         for s in of(v) {
             for (name, cnt, ns) in &s.programs {
@@ -174,12 +273,13 @@ fn report(samples: &[(Variant, Sample)], loops: u64, out_dir: &Path) -> Result<(
             }
         }
         for (name, (cnt, ns)) in total {
-            if cnt == 0 {
+            // Programs that ran a handful of times say little about cost.
+            if cnt < 1_000 {
                 continue;
             }
             let per = ns as f64 / cnt as f64;
             println!(
-                "  {:<11} {:<28} {:>12} runs {:>8.1} ns/run",
+                "  {:<15} {:<28} {:>12} runs {:>8.1} ns/run",
                 v.name(),
                 name,
                 cnt,
@@ -190,21 +290,21 @@ fn report(samples: &[(Variant, Sample)], loops: u64, out_dir: &Path) -> Result<(
             );
         }
     }
-    let path = out_dir.join("probes.json");
-    std::fs::write(
-        &path,
-        serde_json::to_string_pretty(&json!({"loops": loops, "wall": rows, "programs": costs}))?,
-    )?;
-    println!("\nwritten to {}", path.display());
-    Ok(())
+    json!({"placement": placement.name(), "wall": rows, "programs": costs})
 }
 
 /// Starts the load held at a `read`, so tools can attach to its PID first
 /// (exec keeps the PID; -T keeps both ends of the pipe in one process).
-fn start_load(loops: u64) -> Result<Child> {
+fn start_load(loops: u64, placement: Placement) -> Result<Child> {
+    let pin = match placement {
+        Placement::OneCpu => "taskset -c 1 ",
+        Placement::Free => "",
+    };
     Command::new("sh")
         .arg("-c")
-        .arg(format!("read go; exec perf bench sched pipe -T -l {loops}"))
+        .arg(format!(
+            "read go; exec {pin}perf bench sched pipe -T -l {loops}"
+        ))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -230,14 +330,31 @@ fn wait_for_line(child: &mut Child, needle: &str, from_stdout: bool) -> Result<(
     Ok(())
 }
 
-fn measure(variant: Variant, bin: &Path, out_dir: &Path, loops: u64) -> Result<Sample> {
-    let mut load = start_load(loops)?;
+fn measure(
+    variant: Variant,
+    placement: Placement,
+    bin: &Path,
+    out_dir: &Path,
+    loops: u64,
+) -> Result<Sample> {
+    let mut load = start_load(loops, placement)?;
     let pid = load.id();
     let run_file = out_dir.join("probes-bench.run");
+    let _stats = match variant {
+        Variant::Bpftrace => Some(StatsFd::take()?),
+        _ => None,
+    };
     let mut tool = match variant {
         Variant::Bare => None,
-        Variant::Correlator => {
-            let mut c = Command::new(bin)
+        Variant::Correlator | Variant::CorrelatorNoStats | Variant::Floor => {
+            let mut cmd = Command::new(bin);
+            if variant == Variant::CorrelatorNoStats {
+                cmd.env("CORRELATOR_NO_BPF_STATS", "1");
+            }
+            if variant == Variant::Floor {
+                cmd.env("CORRELATOR_FLOOR_ONLY", "1");
+            }
+            let mut c = cmd
                 .args(["record", "--quiet", "--duration", "600s", "--pid"])
                 .arg(pid.to_string())
                 .arg("--out")
@@ -269,7 +386,7 @@ fn measure(variant: Variant, bin: &Path, out_dir: &Path, loops: u64) -> Result<S
         bail!("perf bench failed");
     }
     let programs = match (variant, tool.as_mut()) {
-        (Variant::Correlator, Some(c)) => {
+        (Variant::Correlator | Variant::CorrelatorNoStats | Variant::Floor, Some(c)) => {
             c.wait()?;
             correlator_costs(&run_file)?
         }
@@ -289,21 +406,24 @@ fn measure(variant: Variant, bin: &Path, out_dir: &Path, loops: u64) -> Result<S
     })
 }
 
+/// The tracepoints bpftrace counts, in the script's order.
+const BPFTRACE_PROBES: [&str; 7] = [
+    "tracepoint:sched:sched_switch",
+    "tracepoint:sched:sched_wakeup",
+    "tracepoint:sched:sched_migrate_task",
+    "tracepoint:exceptions:page_fault_user",
+    "tracepoint:irq:irq_handler_entry",
+    "tracepoint:irq:softirq_entry",
+    "tracepoint:irq_vectors:local_timer_entry",
+];
+
 fn bpftrace_script(pid: u32) -> String {
-    [
-        "tracepoint:sched:sched_switch",
-        "tracepoint:sched:sched_wakeup",
-        "tracepoint:sched:sched_migrate_task",
-        "tracepoint:exceptions:page_fault_user",
-        "tracepoint:irq:irq_handler_entry",
-        "tracepoint:irq:softirq_entry",
-        "tracepoint:irq_vectors:local_timer_entry",
-    ]
-    .iter()
-    .enumerate()
-    .map(|(i, tp)| format!("{tp} /pid == {pid}/ {{ @c{i} = count(); }}"))
-    .collect::<Vec<_>>()
-    .join("\n")
+    BPFTRACE_PROBES
+        .iter()
+        .enumerate()
+        .map(|(i, tp)| format!("{tp} /pid == {pid}/ {{ @c{i} = count(); }}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Waits for the child and returns (success, its rusage incl. waited-for descendants).
@@ -347,7 +467,7 @@ fn fdinfo_costs(pid: u32) -> Vec<(String, u64, u64)> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
         return Vec::new();
     };
-    let mut out = Vec::new();
+    let mut progs = Vec::new();
     for entry in dir.flatten() {
         let Ok(text) = std::fs::read_to_string(entry.path()) else {
             continue;
@@ -355,20 +475,23 @@ fn fdinfo_costs(pid: u32) -> Vec<(String, u64, u64)> {
         let field = |k: &str| {
             text.lines()
                 .find_map(|l| l.strip_prefix(k))
-                .map(|v| v.trim().to_string())
+                .and_then(|v| v.trim().parse::<u64>().ok())
         };
-        let (Some(tag), Some(ns), Some(cnt)) =
-            (field("prog_tag:"), field("run_time_ns:"), field("run_cnt:"))
-        else {
-            continue;
-        };
-        out.push((
-            format!("prog {tag}"),
-            cnt.parse().unwrap_or(0),
-            ns.parse().unwrap_or(0),
-        ));
+        if let (Some(id), Some(ns), Some(cnt)) =
+            (field("prog_id:"), field("run_time_ns:"), field("run_cnt:"))
+        {
+            progs.push((id, cnt, ns));
+        }
     }
-    out
+    // The programs' tags are all alike (the same filter and count), so they
+    // are told apart by id: bpftrace loads them in the script's order.
+    progs.sort_unstable();
+    progs.dedup_by_key(|p| p.0);
+    progs
+        .into_iter()
+        .zip(BPFTRACE_PROBES)
+        .map(|((_, cnt, ns), probe)| (probe.to_string(), cnt, ns))
+        .collect()
 }
 
 fn analysis() -> Result<()> {

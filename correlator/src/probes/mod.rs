@@ -183,6 +183,8 @@ impl Probes {
             regs_arg0_offset: 0,
             regs_nr_offset: 0,
             uprobe_every: 1,
+            // Measurement only (the bench's floor variant), never a product mode.
+            floor_only: u64::from(std::env::var_os("CORRELATOR_FLOOR_ONLY").is_some()),
         };
         let mut config = config;
         match &cfg.passive {

@@ -70,7 +70,7 @@ pub struct TimeAccount {
     pub softirq_ns: u64,
     /// Hypervisor steal on the worst CPU during the episode, at most (see
     /// timeline::steal: 100 ms samples of 10 ms ticks), and at most the
-    /// episode time not measured as off-CPU or IRQ time.
+    /// episode time nothing else accounts for.
     #[serde(default)]
     pub steal_ns: u64,
     /// Estimated from excess fault and migration counts (see docs).
@@ -369,13 +369,22 @@ fn episode(w: &Window, stolen: u64, ctx: &EpisodeContext) -> Episode {
         (over("hardirq_ns") + hardirq_wait) as u64,
         (over("softirq_ns") + softirq_wait) as u64,
     );
+    let faults_estimated_ns = (over("page_faults_minor") * costs.minor_fault_ns
+        + over("page_faults_major") * MAJOR_FAULT_COST_NS) as u64;
+    let migrations_estimated_ns = (over("migrations") * MIGRATION_COST_NS) as u64;
     // Steal is invisible to the guest: a thread whose vCPU the host took
     // looks as if it ran. So stolen time can only explain the part of the
-    // episode the guest did not see as off-CPU or in IRQs; that measured
-    // time is timed exactly and comes first, while the steal sample is an
-    // upper bound at 100 ms resolution. Without this cap a host stealing
-    // 15% under load hands every lock wait its "steal".
-    let seen_off_cpu = runnable_ns.min(d) + blocked_ns + hardirq_ns + softirq_ns;
+    // episode nothing else accounts for: time measured off-CPU or in IRQs
+    // is timed exactly, fault and migration time is counted work, while
+    // the steal sample is an upper bound at 100 ms resolution (where in
+    // the sample it fell is unknown). Without this cap a host stealing 15%
+    // under load hands every lock wait and every fault burst its "steal".
+    let accounted = runnable_ns.min(d)
+        + blocked_ns
+        + hardirq_ns
+        + softirq_ns
+        + faults_estimated_ns
+        + migrations_estimated_ns;
     let mut account = TimeAccount {
         duration_ns: d,
         runnable_ns: runnable_ns.min(d),
@@ -383,10 +392,9 @@ fn episode(w: &Window, stolen: u64, ctx: &EpisodeContext) -> Episode {
         blocked_ns,
         hardirq_ns,
         softirq_ns,
-        faults_estimated_ns: (over("page_faults_minor") * costs.minor_fault_ns
-            + over("page_faults_major") * MAJOR_FAULT_COST_NS) as u64,
-        migrations_estimated_ns: (over("migrations") * MIGRATION_COST_NS) as u64,
-        steal_ns: stolen.min(d.saturating_sub(seen_off_cpu)),
+        faults_estimated_ns,
+        migrations_estimated_ns,
+        steal_ns: stolen.min(d.saturating_sub(accounted)),
         ..TimeAccount::default()
     };
     let explained = (account.runnable_ns
@@ -580,7 +588,7 @@ fn rank_causes(episodes: &[Episode], signature: Signature, costs: &Costs) -> Vec
     time_cause(
         "steal",
         &|a| a.steal_ns,
-        "the hypervisor took the CPU (steal time in /proc/stat, 10 ms ticks sampled every 100 ms: an upper bound, counted only where the thread was not measured off-CPU)".into(),
+        "the hypervisor took the CPU (steal time in /proc/stat, 10 ms ticks sampled every 100 ms: an upper bound, counted only for episode time nothing else accounts for)".into(),
         "not the server's doing: move to dedicated vCPUs or a less contended host, and re-measure".into(),
     );
     time_cause(

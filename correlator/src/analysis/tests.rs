@@ -396,6 +396,44 @@ fn blocking_under_heavy_steal_is_still_blocking() {
     );
 }
 
+/// Fault bursts that fill three quarters of each episode, on a host that
+/// steals heavily (every 100 ms sample has more steal than an episode is
+/// long): the faults are counted work, so the steal sample, which may have
+/// fallen anywhere in its 100 ms, only gets the rest and does not outrank
+/// them.
+#[test]
+fn fault_bursts_under_heavy_steal_are_still_faults() {
+    let mut s = Synth::new(10_000.0, 5);
+    s.background(Counter::PageFaultsMinor, 20);
+    s.ordinary_sleeps(101);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 20 * MS);
+        for k in 0..20 {
+            s.events(at + k * MS, Counter::PageFaultsMinor, 500);
+        }
+    }
+    let (start, end) = (s.phases[0].1, s.phases[0].2);
+    let mut t = start;
+    while t < end {
+        s.steal.push(crate::timeline::steal::StealSample {
+            cpu: 1,
+            start_ns: t,
+            end_ns: t + 100 * MS,
+            steal_ns: 30 * MS,
+        });
+        t += 100 * MS;
+    }
+    let a = run(s);
+    assert_eq!(top(&a), "page_faults", "{:#?}", a.classification.causes);
+    for e in &a.episodes {
+        let acc = &e.account;
+        assert!(
+            acc.steal_ns + acc.faults_estimated_ns <= acc.duration_ns,
+            "{acc:#?}"
+        );
+    }
+}
+
 /// A thread that waits for its CPU while softirqs run there (or ksoftirqd,
 /// the task that "ran instead") is delayed by softirq work, not preempted by
 /// a neighbour: the wait time the kernel saw as IRQ time moves to softirq.

@@ -25,21 +25,32 @@ pub struct StealSampler {
     samples: Vec<StealSample>,
 }
 
-/// Per-CPU steal so far, ns, from /proc/stat (`cpuN ... steal` is the 8th value).
+/// Per-CPU steal so far, ns, from /proc/stat.
 fn read_steal() -> Option<Vec<u64>> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
     // SAFETY: sysconf has no preconditions.
     let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
         .ok()
         .filter(|&h| h > 0)?;
+    Some(parse_steal(&text, hz))
+}
+
+/// Steal per CPU, ns, from /proc/stat's `cpuN ...` lines (steal is the 8th
+/// value, in USER_HZ ticks), indexed by CPU number.
+fn parse_steal(text: &str, hz: u64) -> Vec<u64> {
     let mut out = Vec::new();
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("cpu") else {
+        // `cpuN ...` only: the all-CPU line is `cpu  ...`, whose first
+        // number is a tick count, not a CPU id.
+        let Some(rest) = line
+            .strip_prefix("cpu")
+            .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        else {
             continue;
         };
         let mut fields = rest.split_whitespace();
         let Some(id) = fields.next().and_then(|c| c.parse::<usize>().ok()) else {
-            continue; // the all-CPU line
+            continue;
         };
         let steal: u64 = fields.nth(7).and_then(|v| v.parse().ok()).unwrap_or(0);
         if out.len() <= id {
@@ -47,7 +58,7 @@ fn read_steal() -> Option<Vec<u64>> {
         }
         out[id] = steal * 1_000_000_000 / hz;
     }
-    Some(out)
+    out
 }
 
 impl StealSampler {
@@ -131,6 +142,23 @@ mod tests {
         }];
         let windows: Vec<(u64, u64)> = (0..5).map(|i| (i * 20, i * 20 + 4)).collect();
         assert_eq!(allocate(&samples, &windows), vec![4, 4, 2, 0, 0]);
+    }
+
+    /// The all-CPU line (`cpu  <user ticks> ...`) is not a CPU: read as
+    /// one, its tick count became a CPU id and every sample allocated,
+    /// zeroed and scanned a vector that long (10 MB, 10% of a CPU at one
+    /// sample per 100 ms).
+    #[test]
+    fn only_per_cpu_lines_count() {
+        let text = "cpu  1246267 71 270685 2501404 8509 0 68238 29036 0 0\n\
+                    cpu0 478339 31 130408 1391655 1252 0 36794 11319 0 0\n\
+                    cpu1 767927 40 140277 1109749 7257 0 31444 17717 0 0\n\
+                    intr 12345 1 2 3\n\
+                    softirq 1 2 3\n";
+        assert_eq!(
+            parse_steal(text, 100),
+            vec![11_319 * 10_000_000, 17_717 * 10_000_000]
+        );
     }
 
     #[test]

@@ -68,6 +68,24 @@ impl Synth {
         }
     }
 
+    /// Steal on `cpus` throughout the run: `per_sample` in every 100 ms
+    /// sample (as the recorder samples /proc/stat).
+    fn steady_steal(&mut self, cpus: &[u32], per_sample: u64) {
+        let (start, end) = (self.phases[0].1, self.phases[self.phases.len() - 1].2);
+        let mut t = start;
+        while t < end {
+            for &cpu in cpus {
+                self.steal.push(crate::timeline::steal::StealSample {
+                    cpu,
+                    start_ns: t,
+                    end_ns: t + 100 * MS,
+                    steal_ns: per_sample,
+                });
+            }
+            t += 100 * MS;
+        }
+    }
+
     fn stall(&mut self, at: u64, len: u64) {
         self.stalls.push((at, len));
     }
@@ -368,19 +386,7 @@ fn stalls_under_steal_are_the_hypervisors() {
 fn blocking_under_heavy_steal_is_still_blocking() {
     let mut s = Synth::new(10_000.0, 5);
     s.ordinary_sleeps(101);
-    let (start, end) = (s.phases[0].1, s.phases[0].2);
-    let mut t = start;
-    while t < end {
-        for cpu in 0..2 {
-            s.steal.push(crate::timeline::steal::StealSample {
-                cpu,
-                start_ns: t,
-                end_ns: t + 100 * MS,
-                steal_ns: 30 * MS,
-            });
-        }
-        t += 100 * MS;
-    }
+    s.steady_steal(&[0, 1], 30 * MS);
     for at in sporadic_times(8, 5) {
         s.stall(at, 15 * MS);
         s.off(101, at, 30 * US, 14 * MS, false, "");
@@ -412,17 +418,7 @@ fn fault_bursts_under_heavy_steal_are_still_faults() {
             s.events(at + k * MS, Counter::PageFaultsMinor, 500);
         }
     }
-    let (start, end) = (s.phases[0].1, s.phases[0].2);
-    let mut t = start;
-    while t < end {
-        s.steal.push(crate::timeline::steal::StealSample {
-            cpu: 1,
-            start_ns: t,
-            end_ns: t + 100 * MS,
-            steal_ns: 30 * MS,
-        });
-        t += 100 * MS;
-    }
+    s.steady_steal(&[1], 30 * MS);
     let a = run(s);
     assert_eq!(top(&a), "page_faults", "{:#?}", a.classification.causes);
     for e in &a.episodes {

@@ -56,7 +56,8 @@ pub struct DemoServerArgs {
     /// Directory for the major-fault scenario's file (on a disk, not tmpfs).
     #[arg(long, default_value = "/var/tmp")]
     pub file_dir: PathBuf,
-    /// Write each injected event as a JSON line `{"kind", "start_ns",
+    /// Write each event the server injects itself (the sporadic scenarios'
+    /// events, the periodic sweep) as a JSON line `{"kind", "start_ns",
     /// "end_ns"}` (CLOCK_MONOTONIC, the clock of correlator's timeline):
     /// ground truth for checking what the analysis found.
     #[arg(long)]
@@ -64,23 +65,26 @@ pub struct DemoServerArgs {
 }
 
 /// The injected events as they happen, one JSON line each, written
-/// unbuffered so a killed server leaves every event it injected.
-struct EventLog(Option<std::fs::File>);
+/// unbuffered so a killed server leaves every event it injected. Shared by
+/// the injector thread and the periodic job.
+struct EventLog(Option<Mutex<std::fs::File>>);
 
 impl EventLog {
     fn create(path: Option<&std::path::Path>) -> Result<Self> {
         path.map(|p| {
             std::fs::File::create(p)
+                .map(Mutex::new)
                 .with_context(|| format!("cannot create the event log {}", p.display()))
         })
         .transpose()
         .map(Self)
     }
 
-    fn record(&mut self, kind: &str, start_ns: u64, end_ns: u64) {
+    fn record(&self, kind: &str, start_ns: u64, end_ns: u64) {
         use std::io::Write as _;
-        if let Some(f) = &mut self.0 {
+        if let Some(f) = &self.0 {
             let line = serde_json::json!({"kind": kind, "start_ns": start_ns, "end_ns": end_ns});
+            let mut f = f.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let _ = writeln!(f, "{line}");
         }
     }
@@ -220,7 +224,7 @@ impl Injected {
     }
 
     /// The injector: at random times (mean `every`), prepares the next event.
-    fn inject(&self, every: Duration, lock: &Mutex<()>, log: &mut EventLog) {
+    fn inject(&self, every: Duration, lock: &Mutex<()>, log: &EventLog) {
         let mut rng = Rng::new(u64::from(std::process::id()) ^ 0x5eed);
         let mean = u64::try_from(every.as_millis()).unwrap_or(500).max(10);
         loop {
@@ -329,12 +333,13 @@ fn spin(d: Duration) {
 pub fn run(args: &DemoServerArgs) -> Result<()> {
     set_name("demo-server");
     let injected = Arc::new(Injected::new(args)?);
-    let mut log = EventLog::create(args.events.as_deref())?;
+    let log = Arc::new(EventLog::create(args.events.as_deref())?);
     let lock = Arc::new(Mutex::new(()));
     {
-        let (injected, lock, every, cpu) = (
+        let (injected, lock, log, every, cpu) = (
             Arc::clone(&injected),
             Arc::clone(&lock),
+            Arc::clone(&log),
             args.every,
             args.injector_cpu,
         );
@@ -348,7 +353,7 @@ pub fn run(args: &DemoServerArgs) -> Result<()> {
                     // client-side latency, not the server's).
                     sched_idle();
                 }
-                injected.inject(every, &lock, &mut log);
+                injected.inject(every, &lock, &log);
             })?;
     }
     pin(args.cpu)?;
@@ -356,10 +361,15 @@ pub fn run(args: &DemoServerArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    rt.block_on(serve(args.clone(), injected, lock))
+    rt.block_on(serve(args.clone(), injected, lock, log))
 }
 
-async fn serve(args: DemoServerArgs, injected: Arc<Injected>, lock: Arc<Mutex<()>>) -> Result<()> {
+async fn serve(
+    args: DemoServerArgs,
+    injected: Arc<Injected>,
+    lock: Arc<Mutex<()>>,
+    log: Arc<EventLog>,
+) -> Result<()> {
     let listener = TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -374,7 +384,9 @@ async fn serve(args: DemoServerArgs, injected: Arc<Injected>, lock: Arc<Mutex<()
             tick.tick().await;
             loop {
                 tick.tick().await;
+                let start = monotonic_ns();
                 sweep(mib);
+                log.record("periodic", start, monotonic_ns());
             }
         });
     }

@@ -63,6 +63,21 @@ pub struct Usage {
     /// User + system CPU time, µs.
     #[serde(default)]
     pub cpu_us: i64,
+    /// Time the process's threads waited on a runqueue, ns: the kernel's
+    /// own account (`run_delay`, 2nd field of /proc/self/task/*/schedstat).
+    #[serde(default)]
+    pub run_delay_ns: u64,
+}
+
+fn run_delay_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
 }
 
 pub fn usage() -> Usage {
@@ -78,6 +93,7 @@ pub fn usage() -> Usage {
         cpu_us: (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1_000_000
             + ru.ru_utime.tv_usec
             + ru.ru_stime.tv_usec,
+        run_delay_ns: run_delay_ns(),
     }
 }
 

@@ -223,6 +223,45 @@ fn timer_interrupts_match_proc_interrupts() {
     );
 }
 
+/// Time spent waiting for a CPU: a spinner shares CPU 1 with another
+/// spinner, so it waits runnable about half of the time, in slices of
+/// milliseconds. The probes' runnable time (preempted → back on a CPU)
+/// must match the kernel's own runqueue-wait account (`run_delay` in
+/// schedstat, read by the workload around its work) within 1% + 1 ms: the
+/// two accounts start and stop a wait a few µs apart (measured: 0.1 ms
+/// apart in 1,000 ms).
+#[test]
+fn runnable_time_matches_the_kernels_run_delay() {
+    if !live_or_skip("runnable_time_matches_the_kernels_run_delay") {
+        return;
+    }
+    let dir = scratch("run-delay");
+    let mut rival = Workload::spawn(&["--spin-ms", "3000", "--spin-cpu", "1"]);
+    let mut work = Workload::spawn(&["--spin-ms", "2000", "--spin-cpu", "1"]);
+    let rec = Recorder::start(work.pid(), dir.join("rd.run"), &[]);
+    rival.go();
+    work.go();
+    let (before, after, _) = work.finish_timed();
+    let run = rec.wait();
+    let _ = rival.finish_timed();
+    let kernel = after.run_delay_ns - before.run_delay_ns;
+    let ours = run.durations.runnable_ns;
+    eprintln!(
+        "runnable: ours {:.1} ms, kernel run_delay {:.1} ms",
+        ours as f64 / 1e6,
+        kernel as f64 / 1e6
+    );
+    assert!(
+        kernel >= 500_000_000,
+        "the rival should have kept the spinner waiting ({kernel} ns)"
+    );
+    let diff = ours.abs_diff(kernel) as f64;
+    assert!(
+        diff <= 0.01 * kernel as f64 + 1e6,
+        "ours {ours} vs kernel {kernel}"
+    );
+}
+
 /// A ring buffer of one page cannot hold 100 ms of records of a thread that
 /// sleeps 1 ms at a time: the kernel must count what it could not deliver,
 /// and delivered + lost must add up to the switches that produced records.

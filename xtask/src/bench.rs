@@ -116,8 +116,8 @@ struct Sample {
 
 /// Holds `kernel.bpf_stats_enabled` at 0 for the bench, so that statistics
 /// are on exactly where a variant takes them (correlator's own
-/// reference-counted fd; `StatsFd` for bpftrace), and restores the previous
-/// value on drop.
+/// reference-counted fd; the bench's own for bpftrace), and restores the
+/// previous value on drop.
 struct StatsSysctl(String);
 
 const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -138,39 +138,6 @@ impl Drop for StatsSysctl {
                 self.0
             );
         }
-    }
-}
-
-/// BPF run-time statistics on while this fd is open (`BPF_ENABLE_STATS`,
-/// reference-counted by the kernel), for bpftrace's programs, which do not
-/// take it themselves.
-struct StatsFd {
-    _fd: std::os::fd::OwnedFd,
-}
-
-impl StatsFd {
-    fn take() -> Result<Self> {
-        use std::os::fd::FromRawFd as _;
-        const BPF_ENABLE_STATS: libc::c_long = 32;
-        // union bpf_attr { struct { __u32 type; } enable_stats; }, type 0 =
-        // BPF_STATS_RUN_TIME.
-        let attr = [0u32; 2];
-        // SAFETY: bpf(2) with a valid, zeroed attribute of the given size.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_ENABLE_STATS,
-                attr.as_ptr(),
-                std::mem::size_of_val(&attr),
-            )
-        };
-        if fd < 0 {
-            bail!("BPF_ENABLE_STATS: {}", std::io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd the kernel just returned to us.
-        Ok(Self {
-            _fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(i32::try_from(fd)?) },
-        })
     }
 }
 
@@ -340,8 +307,13 @@ fn measure(
     let mut load = start_load(loops, placement)?;
     let pid = load.id();
     let run_file = out_dir.join("probes-bench.run");
+    // bpftrace does not turn BPF run-time statistics on itself: hold the
+    // kernel's reference-counted BPF_ENABLE_STATS fd while it runs.
     let _stats = match variant {
-        Variant::Bpftrace => Some(StatsFd::take()?),
+        Variant::Bpftrace => Some(
+            aya::sys::enable_stats(aya::sys::Stats::RunTime)
+                .context("BPF_ENABLE_STATS (needs root)")?,
+        ),
         _ => None,
     };
     let mut tool = match variant {

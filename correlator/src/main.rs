@@ -414,8 +414,7 @@ fn demo_cmd(
                 })?,
         ]
     };
-    // SAFETY: sysconf has no preconditions.
-    let online = usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1);
+    let online = correlator::workload::online_cpu_count().unwrap_or(1);
     if online < 2 {
         anyhow::bail!(
             "the demo needs 2 CPUs (server on CPU 1, load on CPU 0); this machine has {online}"

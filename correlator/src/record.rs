@@ -159,7 +159,7 @@ pub async fn capture(
         }
         StopReason::Duration => {}
     }
-    if std::env::var_os("CORRELATOR_FLOOR_ONLY").is_some() {
+    if crate::probes::floor_only_requested() {
         notes.push(
             "CORRELATOR_FLOOR_ONLY was set: every program returned at once, nothing was counted (a cost measurement)".into(),
         );

@@ -320,6 +320,14 @@ pub fn pin_set(cpus: &[usize]) -> Result<()> {
     set_affinity(0, cpus)
 }
 
+/// CPUs online on the machine, whatever the calling thread's affinity
+/// (`available_parallelism()` counts only the CPUs this thread may use,
+/// and the recorder pins itself).
+pub fn online_cpu_count() -> Option<usize> {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).ok()
+}
+
 /// The CPUs thread `tid` may run on (0: the calling thread).
 pub fn affinity(tid: u32) -> Result<Vec<usize>> {
     // SAFETY: zeroed cpu_set_t is valid output storage.

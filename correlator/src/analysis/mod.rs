@@ -363,7 +363,9 @@ fn episode(w: &Window, stolen: u64, ctx: &EpisodeContext) -> Episode {
     // Part of the wait for a CPU went to IRQs on that CPU (including
     // ksoftirqd's softirq work), not to another task: it is IRQ time.
     let (hardirq_wait, softirq_wait) = (over("hardirq_wait_ns"), over("softirq_wait_ns"));
-    let runnable_ns = runnable_ns.saturating_sub((hardirq_wait + softirq_wait) as u64);
+    let runnable_ns = runnable_ns
+        .saturating_sub((hardirq_wait + softirq_wait) as u64)
+        .min(d);
     let blocked_ns = blocked.as_ref().map_or(0, |b| b.0);
     let (hardirq_ns, softirq_ns) = (
         (over("hardirq_ns") + hardirq_wait) as u64,
@@ -379,7 +381,7 @@ fn episode(w: &Window, stolen: u64, ctx: &EpisodeContext) -> Episode {
     // the steal sample is an upper bound at 100 ms resolution (where in
     // the sample it fell is unknown). Without this cap a host stealing 15%
     // under load hands every lock wait and every fault burst its "steal".
-    let accounted = runnable_ns.min(d)
+    let accounted = runnable_ns
         + blocked_ns
         + hardirq_ns
         + softirq_ns
@@ -387,7 +389,7 @@ fn episode(w: &Window, stolen: u64, ctx: &EpisodeContext) -> Episode {
         + migrations_estimated_ns;
     let mut account = TimeAccount {
         duration_ns: d,
-        runnable_ns: runnable_ns.min(d),
+        runnable_ns,
         preempted_by: preempted_by.filter(|_| runnable_ns > 0),
         blocked_ns,
         hardirq_ns,
@@ -397,14 +399,7 @@ fn episode(w: &Window, stolen: u64, ctx: &EpisodeContext) -> Episode {
         steal_ns: stolen.min(d.saturating_sub(accounted)),
         ..TimeAccount::default()
     };
-    let explained = (account.runnable_ns
-        + account.steal_ns
-        + account.blocked_ns
-        + account.hardirq_ns
-        + account.softirq_ns
-        + account.faults_estimated_ns
-        + account.migrations_estimated_ns)
-        .min(d);
+    let explained = (accounted + account.steal_ns).min(d);
     account.unexplained_ns = d - explained;
     account.explained_share = explained as f64 / d as f64;
     Episode {

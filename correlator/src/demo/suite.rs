@@ -222,13 +222,7 @@ pub fn run_scenario(exe: &PathBuf, s: Scenario, opts: &SuiteOptions) -> Result<O
         detected_cause,
         episodes: report.episodes.len(),
         explained,
-        p99_ns: report
-            .latency
-            .summary
-            .percentiles
-            .iter()
-            .find(|p| p.p == 99.0)
-            .and_then(|p| p.value_ns),
+        p99_ns: report.latency.summary.value_at(99.0),
         correct,
         html: outputs.html.unwrap_or_default(),
     })

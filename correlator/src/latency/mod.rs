@@ -43,6 +43,17 @@ pub struct Summary {
     pub max_ns: Option<u64>,
 }
 
+impl Summary {
+    /// The quoted value at percentile `p`: None when `p` is not among the
+    /// summary's percentiles or too few samples lie above it.
+    pub fn value_at(&self, p: f64) -> Option<u64> {
+        self.percentiles
+            .iter()
+            .find(|x| x.p == p)
+            .and_then(|x| x.value_ns)
+    }
+}
+
 /// A latency distribution in ns.
 #[derive(Clone, Debug)]
 pub struct Distribution {

@@ -184,7 +184,7 @@ impl Probes {
             regs_nr_offset: 0,
             uprobe_every: 1,
             // Measurement only (the bench's floor variant), never a product mode.
-            floor_only: u64::from(std::env::var_os("CORRELATOR_FLOOR_ONLY").is_some()),
+            floor_only: u64::from(floor_only_requested()),
         };
         let mut config = config;
         match &cfg.passive {
@@ -416,6 +416,12 @@ impl ThreadTable {
             .insert(&tid, &ThreadState { spill: 0, ..fresh }, 1);
         Ok(())
     }
+}
+
+/// `CORRELATOR_FLOOR_ONLY` set: every program returns at once (see
+/// `Config::floor_only`; for `cargo xtask bench probes`).
+pub fn floor_only_requested() -> bool {
+    std::env::var_os("CORRELATOR_FLOOR_ONLY").is_some()
 }
 
 fn attach_all(ebpf: &mut Ebpf) -> Result<()> {

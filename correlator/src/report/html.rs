@@ -302,20 +302,15 @@ fn server_side(r: &Report) -> String {
     let Some(s) = &r.server_side else {
         return String::new();
     };
-    let value = |ps: &[crate::latency::Percentile], p: f64| {
-        ps.iter()
-            .find(|x| x.p == p)
-            .and_then(|x| x.value_ns)
-            .map_or("not enough samples".into(), fmt_ns)
-    };
+    let quoted = |v: Option<u64>| v.map_or("not enough samples".into(), fmt_ns);
     let mut rows = String::new();
     for p in &r.latency.summary.percentiles {
         let _ = write!(
             rows,
             "<tr><td>p{}</td><td>{}</td><td>{}</td></tr>",
             p.p,
-            value(&r.latency.summary.percentiles, p.p),
-            value(&s.summary.percentiles, p.p)
+            quoted(p.value_ns),
+            quoted(s.summary.value_at(p.p))
         );
     }
     let warnings: String = s

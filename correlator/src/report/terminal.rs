@@ -57,10 +57,7 @@ pub fn render(r: &Report) -> String {
         for p in &r.latency.phases {
             let p99 = p
                 .summary
-                .percentiles
-                .iter()
-                .find(|x| x.p == 99.0)
-                .and_then(|x| x.value_ns)
+                .value_at(99.0)
                 .map_or("not enough samples".into(), fmt_ns);
             let _ = writeln!(
                 out,
@@ -91,21 +88,16 @@ pub fn render(r: &Report) -> String {
         );
     }
     if let Some(s) = &r.server_side {
-        let pct = |p: f64| {
-            s.summary
-                .percentiles
-                .iter()
-                .find(|x| x.p == p)
-                .and_then(|x| x.value_ns)
-                .map_or("-".into(), fmt_ns)
+        let pct = |p: f64| s.summary.value_at(p).map_or("-".into(), fmt_ns);
+        // Off from the client's count, %.
+        let off = |n: u64| {
+            (n as f64 - s.client_requests as f64) / (s.client_requests.max(1)) as f64 * 100.0
         };
-        let diff = (s.server_requests as f64 - s.client_requests as f64)
-            / (s.client_requests.max(1)) as f64
-            * 100.0;
+        let diff = off(s.server_requests);
         let batched = match s.server_requests_estimated {
             Some(est) if est != s.server_requests => format!(
                 "; ≈{est} counting reads of several requests, {:+.2}%",
-                (est as f64 - s.client_requests as f64) / (s.client_requests.max(1)) as f64 * 100.0
+                off(est)
             ),
             _ => String::new(),
         };

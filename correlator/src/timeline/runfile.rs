@@ -107,11 +107,7 @@ impl Environment {
         let read = |p: &str| fs::read_to_string(p).unwrap_or_default().trim().to_string();
         Self {
             kernel: read("/proc/sys/kernel/osrelease"),
-            // Online CPUs of the machine: available_parallelism() would
-            // give the calling thread's affinity (the recorder is pinned).
-            // SAFETY: sysconf has no preconditions.
-            cpus: usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) })
-                .unwrap_or(0),
+            cpus: crate::workload::online_cpu_count().unwrap_or(0),
             transparent_hugepage: read("/sys/kernel/mm/transparent_hugepage/enabled"),
             minor_fault_ns: measure_minor_fault_ns(),
         }

@@ -6,7 +6,7 @@
 #![no_std]
 
 /// Bumped whenever a shared layout below changes.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// What each per-bucket counter slot counts.
 ///
@@ -122,10 +122,16 @@ pub enum Total {
     UnpairedWrites = NUM_COUNTERS as u32 + 3,
     /// `--uprobe`: calls of the function (sampled or not).
     UprobeCalls = NUM_COUNTERS as u32 + 4,
+    /// Thread-bucket accounts and syscall records the kernel could not put
+    /// in their full ring buffer.
+    AccountsLost = NUM_COUNTERS as u32 + 5,
+    SyscallRecordsLost = NUM_COUNTERS as u32 + 6,
+    /// On-CPU samples of target threads (whatever became of them).
+    Samples = NUM_COUNTERS as u32 + 7,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 5;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 8;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -163,6 +169,129 @@ pub struct OffCpuRecord {
     pub blocked_ns: u64,
     /// Comm of the task that ran instead (NUL padded).
     pub next_comm: [u8; 16],
+    /// Syscall the thread was in when it left the CPU, as number + 1
+    /// (0: not in a syscall: in user mode, or in a fault or other exception).
+    pub syscall: u32,
+    /// [`WaitSite`] of the blocked part, as u32 (see `ThreadState::off_site`).
+    pub site: u32,
+}
+
+/// Where a blocked thread waited, decided at switch-out from the syscall it
+/// was in (a table userspace fills, `SYSCALL_SITES`) and the sleep state.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitSite {
+    /// Waiting for input: epoll/poll/select/accept, or a socket read in an
+    /// interruptible sleep. Not a cause: the server had nothing to do.
+    Idle = 0,
+    /// futex and other lock waits.
+    Lock = 1,
+    /// Disk reads and writes, fsync; reads in an uninterruptible sleep.
+    Io = 2,
+    /// A major fault's I/O: blocked uninterruptibly outside any syscall.
+    Fault = 3,
+    /// nanosleep, clock_nanosleep and other timed sleeps.
+    Sleep = 4,
+    /// Waiting for the thread's own migration (sched_setaffinity).
+    Migration = 5,
+    /// Anything else (named by the syscall in records).
+    Other = 6,
+}
+
+/// Number of [`WaitSite`]s.
+pub const NUM_WAIT_SITES: usize = 7;
+
+/// Entries in `SYSCALL_SITES` as written by userspace: a [`WaitSite`], or
+/// this value for read-like calls whose site depends on the sleep state
+/// (uninterruptible: `Io`, interruptible: `Idle`).
+pub const SITE_BY_STATE: u32 = 15;
+
+/// Syscall numbers covered by the `SYSCALL_SITES` table and the per-syscall
+/// totals (a power of two: the index is masked, which the verifier follows).
+/// Larger numbers wrap, which on x86-64 (under 470 syscalls) never happens.
+pub const SYSCALL_SLOTS: u32 = 512;
+
+/// Per-syscall totals of the target's threads, one per syscall number and CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SyscallTotal {
+    pub calls: u64,
+    /// Enter to exit, summed.
+    pub total_ns: u64,
+    /// Time off the CPU inside the calls (blocked or waiting for a CPU).
+    pub offcpu_ns: u64,
+}
+
+/// A syscall of a target thread that took at least the off-CPU record
+/// minimum (enter to exit); shorter ones are only summed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SyscallRecord {
+    pub tid: u32,
+    pub tgid: u32,
+    pub nr: u32,
+    pub _pad: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Time off the CPU inside the call; the rest ran in the kernel.
+    pub offcpu_ns: u64,
+}
+
+/// Slots of a thread's per-bucket account ([`ThreadBucket::ns`]): where one
+/// target thread's time went in one time bucket. Off-CPU intervals long
+/// enough for a record are in the records, not here (no double counting):
+/// these slots hold the short ones, plus everything measured on the CPU.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Account {
+    /// On a CPU (switch-in to switch-out, flushed at every sample), IRQs
+    /// and steal while running included.
+    OnCpu = 0,
+    /// On-CPU kernel time of syscalls that ended here and were shorter
+    /// than the record minimum.
+    SyscallCpu = 1,
+    /// Part of `SyscallCpu` in syscalls that migrate the thread.
+    MigrationCpu = 2,
+    /// Stolen by the hypervisor while the thread was on the CPU (the run
+    /// queue's `prev_steal_time_rq`, ns).
+    Steal = 3,
+    /// Hard-IRQ and softirq time on the thread's CPU while it ran.
+    HardIrq = 4,
+    SoftIrq = 5,
+    /// Hard-IRQ and softirq time on the CPU the thread waited runnable for
+    /// (part of the runnable wait).
+    HardIrqWait = 6,
+    SoftIrqWait = 7,
+    /// Short off-CPU intervals: the runnable part (not in a migration).
+    Runnable = 8,
+    /// Short off-CPU intervals: the blocked part, by [`WaitSite`]
+    /// (`Blocked + site`); a migration's interval goes whole to `Migration`.
+    Blocked = 9,
+    /// On-CPU samples by what the thread was doing: user mode, a syscall,
+    /// kernel mode outside syscalls and IRQs (fault handling), an IRQ.
+    SamplesUser = 9 + NUM_WAIT_SITES as u32,
+    SamplesSyscall = 10 + NUM_WAIT_SITES as u32,
+    SamplesFault = 11 + NUM_WAIT_SITES as u32,
+    SamplesIrq = 12 + NUM_WAIT_SITES as u32,
+}
+
+/// Number of [`Account`] slots.
+pub const NUM_ACCOUNT: usize = 13 + NUM_WAIT_SITES;
+
+/// One target thread's account of one time bucket, emitted when the thread
+/// first does something in a later bucket (so at most one per thread per
+/// bucket in which it did anything).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadBucket {
+    pub tid: u32,
+    pub tgid: u32,
+    pub epoch: u64,
+    /// Short syscall with the most on-CPU kernel time here, number + 1 (0: none).
+    pub top_syscall: u32,
+    pub _pad: u32,
+    pub top_syscall_ns: u64,
+    pub ns: [u64; NUM_ACCOUNT],
 }
 
 /// One server-side request seen passively: by `--syscalls` (data read from
@@ -248,6 +377,14 @@ pub struct Config {
     /// points themselves, for `cargo xtask bench probes`). CONFIG is frozen
     /// read-only data, so the verifier prunes this branch when it is 0.
     pub floor_only: u64,
+    /// Non-zero: `sys_exit` also pairs socket reads and writes (`--syscalls`).
+    pub passive_syscalls: u64,
+    /// Offsets for the run queue's cumulative steal, reached through the
+    /// task: `task->se.cfs_rq`, `cfs_rq->rq`, `rq->prev_steal_time_rq`.
+    /// `task_cfs_rq_offset` 0: steal is not measured (kernel without it).
+    pub task_cfs_rq_offset: u64,
+    pub cfs_rq_rq_offset: u64,
+    pub rq_steal_offset: u64,
 }
 
 /// Slots of the direct-mapped thread table (`tid % THREAD_SLOTS`).
@@ -283,7 +420,26 @@ pub struct ThreadState {
     /// CPU whose run queue the thread waits on while runnable (where it was
     /// preempted, or where its wakeup put it).
     pub wait_cpu: u32,
-    pub _pad: u32,
+    /// [`WaitSite`] of the current off-CPU interval, decided at switch-out.
+    pub off_site: u32,
+    /// Syscall in progress, number + 1 (0: none), since `sys_enter_ts`.
+    pub syscall: u32,
+    pub _pad2: u32,
+    pub sys_enter_ts: u64,
+    /// Time off the CPU since `sys_enter_ts`.
+    pub sys_offcpu_ns: u64,
+    /// On the CPU since this time (switch-in, or the last sample).
+    pub run_ts: u64,
+    /// Run queue the thread runs on (kernel address) and its cumulative
+    /// steal at `run_ts`.
+    pub rq: u64,
+    pub steal_mark: u64,
+    /// Bucket the account below belongs to.
+    pub acct_epoch: u64,
+    pub top_syscall: u32,
+    pub _pad3: u32,
+    pub top_syscall_ns: u64,
+    pub acct: [u64; NUM_ACCOUNT],
 }
 
 /// Per-CPU state for IRQ attribution and duration measurement.
@@ -327,4 +483,7 @@ mod pod {
     unsafe impl aya::Pod for super::RequestRecord {}
     unsafe impl aya::Pod for super::ConnState {}
     unsafe impl aya::Pod for super::CallState {}
+    unsafe impl aya::Pod for super::SyscallTotal {}
+    unsafe impl aya::Pod for super::SyscallRecord {}
+    unsafe impl aya::Pod for super::ThreadBucket {}
 }

@@ -21,7 +21,7 @@
 #![no_main]
 
 use aya_ebpf::{
-    Global,
+    EbpfContext as _, Global,
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
@@ -31,9 +31,10 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, PerfEventContext, ProbeContext, RetProbeContext},
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, Counter, CpuState, IrqKind, NUM_COUNTERS,
-    NUM_TOTALS, OffCpuKind, OffCpuRecord, RequestRecord, THREAD_SLOTS, TOTAL_IRQ_KIND_BASE,
-    ThreadState, Total, UPROBE_FD,
+    Account, BUCKET_SLOTS, Bucket, CallState, Config, ConnState, Counter, CpuState, IrqKind,
+    NUM_ACCOUNT, NUM_COUNTERS, NUM_TOTALS, OffCpuKind, OffCpuRecord, RequestRecord, SITE_BY_STATE,
+    SYSCALL_SLOTS, SyscallRecord, SyscallTotal, THREAD_SLOTS, TOTAL_IRQ_KIND_BASE, ThreadBucket,
+    ThreadState, Total, UPROBE_FD, WaitSite,
 };
 
 #[unsafe(no_mangle)]
@@ -49,6 +50,10 @@ static CONFIG: Global<Config> = Global::new(Config {
     regs_nr_offset: 120,
     uprobe_every: 1,
     floor_only: 0,
+    passive_syscalls: 0,
+    task_cfs_rq_offset: 0,
+    cfs_rq_rq_offset: 0,
+    rq_steal_offset: 0,
 });
 
 /// One field of CONFIG, as a single volatile load: `CONFIG.load()` copies
@@ -98,6 +103,24 @@ static REQUESTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 /// close are forgotten without a close probe.
 #[map]
 static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(16384, 0);
+
+/// [`WaitSite`] of a blocked wait inside each syscall (index = number),
+/// written by userspace before attaching (the table lives in one place,
+/// `timeline::syscalls`); `SITE_BY_STATE` for read-like calls.
+#[map]
+static SYSCALL_SITES: Array<u32> = Array::with_max_entries(SYSCALL_SLOTS, 0);
+
+/// Per-syscall totals of the target's threads.
+#[map]
+static SYSCALL_TOTALS: PerCpuArray<SyscallTotal> = PerCpuArray::with_max_entries(SYSCALL_SLOTS, 0);
+
+/// Per-thread bucket accounts ([`ThreadBucket`]).
+#[map]
+static ACCOUNTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+
+/// Syscalls at least `min_offcpu_record_ns` long ([`SyscallRecord`]).
+#[map]
+static SYSCALL_RECORDS: RingBuf = RingBuf::with_byte_size(2 << 20, 0);
 
 /// `--uprobe` state of threads inside a sampled call, by tid.
 #[map]
@@ -184,6 +207,24 @@ fn thread(tid: u32) -> Option<*mut ThreadState> {
     }
 }
 
+/// Per-CPU scratch space for a fresh thread state (too large for the
+/// 512-byte BPF stack).
+#[map]
+static SCRATCH: PerCpuArray<ThreadState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Zeroes a thread state in place, eight bytes at a time (volatile: a plain
+/// assignment becomes a stack copy or a byte-wise loop).
+#[inline(always)]
+fn zero_state(p: *mut ThreadState) {
+    let words = p.cast::<u64>();
+    for i in 0..size_of::<ThreadState>() / 8 {
+        // SAFETY: in bounds of the map value; ThreadState is 8-byte sized.
+        unsafe { core::ptr::write_volatile(words.add(i), 0) };
+    }
+}
+
+const _: () = assert!(size_of::<ThreadState>() % 8 == 0);
+
 /// Starts tracking `tid` (idempotent).
 #[inline(always)]
 fn track(tid: u32, tgid: u32, cpu: *mut CpuState) -> Option<*mut ThreadState> {
@@ -191,22 +232,27 @@ fn track(tid: u32, tgid: u32, cpu: *mut CpuState) -> Option<*mut ThreadState> {
         return Some(existing);
     }
     let slot = THREADS.get_ptr_mut(tid & (THREAD_SLOTS - 1))?;
-    let fresh = ThreadState {
-        tid,
-        tgid,
-        ..ThreadState::default()
-    };
     // SAFETY: array map value.
     unsafe {
         if (*slot).tid == 0 {
             let spill = (*slot).spill;
-            *slot = fresh;
+            zero_state(slot);
+            (*slot).tid = tid;
+            (*slot).tgid = tgid;
             (*slot).spill = spill;
             return Some(slot);
         }
         (*slot).spill = 1;
     }
-    if SPILL.insert(&tid, &fresh, 0).is_err() {
+    let fresh = SCRATCH.get_ptr_mut(0)?;
+    zero_state(fresh);
+    // SAFETY: per-CPU map value.
+    let inserted = unsafe {
+        (*fresh).tid = tid;
+        (*fresh).tgid = tgid;
+        SPILL.insert(&tid, &*fresh, 0)
+    };
+    if inserted.is_err() {
         // SAFETY: per-CPU map value.
         unsafe { (*cpu).totals[Total::ThreadMapFull as usize] += 1 };
         return None;
@@ -359,7 +405,11 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     if let Some(next) = next {
         // SAFETY: map value; a thread's state is only written by its own
         // switches (serialised by the scheduler) and its wakeup.
-        switch_in(&sink, unsafe { &mut *next }, ts);
+        let st = unsafe { &mut *next };
+        switch_in(&sink, st, ts);
+        st.run_ts = ts;
+        st.rq = task_rq(next_task);
+        st.steal_mark = if st.rq != 0 { rq_steal(st.rq) } else { 0 };
     }
     0
 }
@@ -401,6 +451,150 @@ fn note_runner(cpu: *mut CpuState, waiting: u32, prev_pid: u32, ts: u64) {
     }
 }
 
+/// Task state bit of an uninterruptible sleep (`TASK_UNINTERRUPTIBLE`).
+const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+
+/// Where a thread going to sleep in syscall `syscall` (number + 1, 0 =
+/// none) with task state `state` waits.
+#[inline(always)]
+fn wait_site(syscall: u32, state: u32) -> u32 {
+    let uninterruptible = state & TASK_UNINTERRUPTIBLE != 0;
+    if syscall == 0 {
+        // Only a fault or another exception sleeps outside a syscall; an
+        // uninterruptible one is a major fault waiting for its page.
+        return if uninterruptible {
+            WaitSite::Fault as u32
+        } else {
+            WaitSite::Other as u32
+        };
+    }
+    let site = SYSCALL_SITES
+        .get((syscall - 1) & (SYSCALL_SLOTS - 1))
+        .copied()
+        .unwrap_or(WaitSite::Other as u32);
+    if site != SITE_BY_STATE {
+        site
+    } else if uninterruptible {
+        WaitSite::Io as u32
+    } else {
+        WaitSite::Idle as u32
+    }
+}
+
+/// The run queue of `task` (through `se.cfs_rq->rq`), 0 when steal is not
+/// measured here.
+#[inline(always)]
+fn task_rq(task: *const u8) -> u64 {
+    let cfs_rq_offset = config!(task_cfs_rq_offset);
+    if cfs_rq_offset == 0 {
+        return 0;
+    }
+    // SAFETY: the helper checks the addresses; a failed read is 0.
+    unsafe {
+        let cfs_rq: u64 =
+            bpf_probe_read_kernel(task.add(cfs_rq_offset as usize).cast::<u64>()).unwrap_or(0);
+        if cfs_rq == 0 {
+            return 0;
+        }
+        bpf_probe_read_kernel(
+            (cfs_rq as *const u8)
+                .add(config!(cfs_rq_rq_offset) as usize)
+                .cast::<u64>(),
+        )
+        .unwrap_or(0)
+    }
+}
+
+/// The run queue's cumulative steal time, ns (`rq->prev_steal_time_rq`,
+/// updated with the run queue's clock: at every schedule and tick).
+#[inline(always)]
+fn rq_steal(rq: u64) -> u64 {
+    // SAFETY: the helper checks the address; a failed read is 0.
+    unsafe {
+        bpf_probe_read_kernel(
+            (rq as *const u8)
+                .add(config!(rq_steal_offset) as usize)
+                .cast::<u64>(),
+        )
+        .unwrap_or(0)
+    }
+}
+
+// ------------------------------------------------------- per-thread account
+
+/// Emits the thread's account of its current bucket, if any, and starts
+/// the bucket of `ts`.
+#[inline(always)]
+fn acct_roll(st: &mut ThreadState, ts: u64) {
+    let epoch = ts >> (config!(bucket_shift) & 63);
+    if st.acct_epoch == epoch {
+        return;
+    }
+    let acct = (&raw mut st.acct).cast::<u64>();
+    let mut any = st.top_syscall_ns;
+    for i in 0..NUM_ACCOUNT {
+        // SAFETY: in bounds of the array.
+        any |= unsafe { core::ptr::read_volatile(acct.add(i)) };
+    }
+    if any != 0 {
+        match ACCOUNTS.reserve::<ThreadBucket>(0) {
+            Some(mut entry) => {
+                // Field by field into the ring: the struct does not fit the stack.
+                let out = entry.as_mut_ptr();
+                // SAFETY: the reserved entry is a whole ThreadBucket.
+                unsafe {
+                    (*out).tid = st.tid;
+                    (*out).tgid = st.tgid;
+                    (*out).epoch = st.acct_epoch;
+                    (*out).top_syscall = st.top_syscall;
+                    (*out)._pad = 0;
+                    (*out).top_syscall_ns = st.top_syscall_ns;
+                    let ns = (&raw mut (*out).ns).cast::<u64>();
+                    for i in 0..NUM_ACCOUNT {
+                        core::ptr::write_volatile(ns.add(i), core::ptr::read_volatile(acct.add(i)));
+                    }
+                }
+                entry.submit(BPF_RB_NO_WAKEUP as u64);
+            }
+            None => total_add(Total::AccountsLost),
+        }
+        for i in 0..NUM_ACCOUNT {
+            // SAFETY: in bounds; volatile so it is not a byte-wise memset.
+            unsafe { core::ptr::write_volatile(acct.add(i), 0) };
+        }
+    }
+    st.top_syscall = 0;
+    st.top_syscall_ns = 0;
+    st.acct_epoch = epoch;
+}
+
+/// Adds `value` to slot `slot` of the thread's account for the bucket of `ts`.
+#[inline(always)]
+fn acct_add(st: &mut ThreadState, ts: u64, slot: Account, value: u64) {
+    acct_add_at(st, ts, slot as u32, value);
+}
+
+#[inline(always)]
+fn acct_add_at(st: &mut ThreadState, ts: u64, slot: u32, value: u64) {
+    if value == 0 {
+        return;
+    }
+    acct_roll(st, ts);
+    if let Some(v) = st.acct.get_mut(slot as usize) {
+        *v += value;
+    }
+}
+
+/// Books the thread's time on the CPU since `run_ts` up to `ts`.
+#[inline(always)]
+fn ran_until(st: &mut ThreadState, ts: u64) {
+    if st.run_ts != 0 && ts > st.run_ts {
+        let ran = ts - st.run_ts;
+        acct_add(st, ts, Account::OnCpu, ran);
+    }
+    st.run_ts = ts;
+}
+
 /// What sched_switch tells about the thread leaving the CPU.
 struct SwitchOut {
     tid: u32,
@@ -432,6 +626,17 @@ fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchOut) {
     };
     // SAFETY: map value, written only by this thread's own switches.
     let state = unsafe { &mut *state };
+    ran_until(state, ts);
+    if state.rq != 0 {
+        let stolen = rq_steal(state.rq).saturating_sub(state.steal_mark);
+        acct_add(state, ts, Account::Steal, stolen);
+    }
+    state.run_ts = 0;
+    state.off_site = if runnable {
+        WaitSite::Other as u32
+    } else {
+        wait_site(state.syscall, out.state)
+    };
     state.off_kind = kind as u32;
     state.off_ts = ts;
     state.wakeup_ts = 0;
@@ -469,8 +674,25 @@ fn switch_in(sink: &Sink, st: &mut ThreadState, ts: u64) {
     };
     sink.add(Counter::RunnableNs, runnable);
     sink.add(Counter::BlockedNs, blocked);
+    if st.syscall != 0 {
+        st.sys_offcpu_ns += total;
+    }
     if total >= config!(min_offcpu_record_ns) {
         emit_offcpu(sink, st, ts, runnable, blocked);
+    } else if st.off_site == WaitSite::Migration as u32 && st.off_kind == OffCpuKind::Blocked as u32
+    {
+        // Waiting for its own migration, then for the new CPU: all of it
+        // is the migration's.
+        acct_add_at(
+            st,
+            ts,
+            Account::Blocked as u32 + WaitSite::Migration as u32,
+            total,
+        );
+    } else {
+        acct_add(st, ts, Account::Runnable, runnable);
+        let site = Account::Blocked as u32 + (st.off_site & 7).min(WaitSite::Other as u32);
+        acct_add_at(st, ts, site, blocked);
     }
     st.off_kind = 0;
 }
@@ -491,6 +713,8 @@ fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64, blocked: u
                 runnable_ns: runnable,
                 blocked_ns: blocked,
                 next_comm: st.next_comm,
+                syscall: st.syscall,
+                site: st.off_site,
             });
             entry.submit(BPF_RB_NO_WAKEUP as u64);
         }
@@ -688,11 +912,22 @@ fn hardirq_exit(kind: IrqKind) {
     };
     if state.irq_while_waiting & HARDIRQ_WAITING != 0 {
         sink.add(Counter::HardIrqWaitNs, duration);
+        thread_acct(state.waiting_tid, ts, Account::HardIrqWait, duration);
         return;
     }
     state.totals[(TOTAL_IRQ_KIND_BASE + kind as u32) as usize] += 1;
     sink.add(Counter::HardIrqs, 1);
     sink.add(Counter::HardIrqNs, duration);
+    thread_acct(state.target_tid, ts, Account::HardIrq, duration);
+}
+
+/// Adds to the account of target thread `tid`, if it is one.
+#[inline(always)]
+fn thread_acct(tid: u32, ts: u64, slot: Account, value: u64) {
+    if let Some(st) = thread(tid) {
+        // SAFETY: map value; see the module docs for concurrency.
+        acct_add(unsafe { &mut *st }, ts, slot, value);
+    }
 }
 
 macro_rules! hardirq_programs {
@@ -767,6 +1002,7 @@ pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
                 && let Some(sink) = Sink::at(ts, cpu)
             {
                 sink.add(Counter::SoftIrqWaitNs, woken);
+                thread_acct(state.waiting_tid, ts, Account::SoftIrqWait, woken);
             }
         }
         return 0;
@@ -781,16 +1017,145 @@ pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
     };
     if state.irq_while_waiting & SOFTIRQ_WAITING != 0 {
         sink.add(Counter::SoftIrqWaitNs, duration);
+        thread_acct(state.waiting_tid, ts, Account::SoftIrqWait, duration);
         return 0;
     }
     let vec: u32 = arg(&ctx, 0);
     state.softirqs[(vec & 15) as usize] += 1;
     sink.add(Counter::SoftIrqs, 1);
     sink.add(Counter::SoftIrqNs, duration);
+    thread_acct(state.target_tid, ts, Account::SoftIrq, duration);
     0
 }
 
 const _: () = assert!(NUM_TOTALS > TOTAL_IRQ_KIND_BASE);
+
+// ------------------------------------------------------------- syscalls
+
+/// Notes the syscall a target thread enters: where its off-CPU time goes
+/// and how long the kernel works for it are measured against this.
+/// sys_enter(struct pt_regs *regs, long id)
+#[btf_tracepoint(function = "sys_enter")]
+pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let Some(st) = thread(bpf_get_current_pid_tgid() as u32) else {
+        return 0;
+    };
+    let nr: i64 = arg(&ctx, 1);
+    // SAFETY: map value, written by this thread's own programs.
+    unsafe {
+        (*st).syscall = (nr as u32).wrapping_add(1);
+        (*st).sys_enter_ts = now();
+        (*st).sys_offcpu_ns = 0;
+    }
+    0
+}
+
+/// A target thread leaves its syscall: its time in the kernel (enter to
+/// exit, minus the time it spent off the CPU inside) is booked per syscall,
+/// in the thread's account, and as a record when the call was long.
+#[inline(always)]
+fn syscall_done(st: &mut ThreadState) {
+    let syscall = st.syscall;
+    if syscall == 0 || st.sys_enter_ts == 0 {
+        return;
+    }
+    st.syscall = 0;
+    let ts = now();
+    let total = ts.saturating_sub(st.sys_enter_ts);
+    let off = st.sys_offcpu_ns.min(total);
+    let on = total - off;
+    let index = (syscall - 1) & (SYSCALL_SLOTS - 1);
+    if let Some(t) = SYSCALL_TOTALS.get_ptr_mut(index) {
+        // SAFETY: per-CPU map value.
+        unsafe {
+            (*t).calls += 1;
+            (*t).total_ns += total;
+            (*t).offcpu_ns += off;
+        }
+    }
+    if total >= config!(min_offcpu_record_ns) {
+        match SYSCALL_RECORDS.reserve::<SyscallRecord>(0) {
+            Some(mut entry) => {
+                entry.write(SyscallRecord {
+                    tid: st.tid,
+                    tgid: st.tgid,
+                    nr: syscall - 1,
+                    _pad: 0,
+                    start_ns: st.sys_enter_ts,
+                    end_ns: ts,
+                    offcpu_ns: off,
+                });
+                entry.submit(BPF_RB_NO_WAKEUP as u64);
+            }
+            None => total_add(Total::SyscallRecordsLost),
+        }
+        return;
+    }
+    acct_roll(st, ts);
+    acct_add(st, ts, Account::SyscallCpu, on);
+    if SYSCALL_SITES.get(index).copied() == Some(WaitSite::Migration as u32) {
+        acct_add(st, ts, Account::MigrationCpu, on);
+    }
+    if on > st.top_syscall_ns {
+        st.top_syscall_ns = on;
+        st.top_syscall = syscall;
+    }
+}
+
+// ---------------------------------------------------------------- samples
+
+/// Software perf event CPU_CLOCK, one per CPU at `--sample-hz`: books the
+/// running target thread's CPU time and steal so far, and what the
+/// interrupted context was doing (user code, a syscall, an IRQ, or kernel
+/// work outside both: fault handling).
+#[perf_event]
+pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let Some(st) = thread(bpf_get_current_pid_tgid() as u32) else {
+        return 0;
+    };
+    // SAFETY: map value; see the module docs for concurrency.
+    let st = unsafe { &mut *st };
+    let ts = now();
+    total_add(Total::Samples);
+    ran_until(st, ts);
+    if st.rq != 0 {
+        let steal = rq_steal(st.rq);
+        acct_add(st, ts, Account::Steal, steal.saturating_sub(st.steal_mark));
+        st.steal_mark = steal;
+    }
+    // SAFETY: the context of a perf-event program is bpf_perf_event_data,
+    // whose first member is the interrupted context's registers.
+    let cs = unsafe {
+        (*ctx
+            .as_ptr()
+            .cast::<aya_ebpf::bindings::bpf_perf_event_data>())
+        .regs
+        .cs
+    };
+    let in_softirq = cpu_state().is_some_and(|c| {
+        // SAFETY: per-CPU value.
+        unsafe { (*c).softirq_start != 0 }
+    });
+    // The sample runs in the timer's hard IRQ: the interrupted context was
+    // never a hard IRQ, but may be a softirq.
+    let slot = if cs & 3 == 3 {
+        Account::SamplesUser
+    } else if in_softirq {
+        Account::SamplesIrq
+    } else if st.syscall != 0 {
+        Account::SamplesSyscall
+    } else {
+        Account::SamplesFault
+    };
+    acct_add(st, ts, slot, 1);
+    0
+}
 
 // --------------------------------------------------- passive request latency
 
@@ -836,15 +1201,28 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
+    if let Some(st) = thread(pid_tgid as u32) {
+        // SAFETY: map value, written by this thread's own programs.
+        syscall_done(unsafe { &mut *st });
+    }
+    if config!(passive_syscalls) != 0 {
+        pair_request(&ctx, pid_tgid);
+    }
+    0
+}
+
+/// `--syscalls`: pairs socket reads and writes into requests.
+#[inline(always)]
+fn pair_request(ctx: &BtfTracePointContext, pid_tgid: u64) {
     let tgid = (pid_tgid >> 32) as u32;
     if !is_target_tgid(tgid) {
-        return 0;
+        return;
     }
-    let ret: i64 = arg(&ctx, 1);
+    let ret: i64 = arg(ctx, 1);
     if ret <= 0 {
-        return 0;
+        return;
     }
-    let regs: *const u8 = arg(&ctx, 0);
+    let regs: *const u8 = arg(ctx, 0);
     // SAFETY: the helper checks the address.
     let read_reg = |offset: u64| unsafe {
         bpf_probe_read_kernel(regs.add(offset as usize).cast::<u64>()).unwrap_or(u64::MAX)
@@ -853,7 +1231,7 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
     let reading = match nr {
         SYS_READ | SYS_READV | SYS_RECVFROM | SYS_RECVMSG => true,
         SYS_WRITE | SYS_WRITEV | SYS_SENDTO | SYS_SENDMSG => false,
-        _ => return 0,
+        _ => return,
     };
     let fd = read_reg(config!(regs_arg0_offset)) as u32;
     let key = (u64::from(tgid) << 32) | u64::from(fd);
@@ -883,7 +1261,7 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
                 let _ = CONNS.insert(&key, &fresh, 0);
             }
         }
-        return 0;
+        return;
     }
     match conn {
         // SAFETY: map value.
@@ -902,7 +1280,6 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
         },
         _ => total_add(Total::UnpairedWrites),
     }
-    0
 }
 
 /// `--uprobe` entry: time one call in `uprobe_every` of each thread (its

@@ -97,6 +97,8 @@ pub async fn capture(
         .clone()
         .map(|source| Passive::new(source, started_ns));
     let mut timeline = Timeline::new(probes.bucket_ns(), cfg.max_records);
+    let mut thread_names = std::collections::BTreeMap::new();
+    target.thread_names(cfg.follow_children, &mut thread_names);
     eprintln!(
         "correlator: attached to PID {} ({}); recording for {} (Ctrl-C stops early)",
         target.pid,
@@ -138,6 +140,7 @@ pub async fn capture(
     };
     let ended_ns = clock::monotonic_ns();
     steal.sample(ended_ns);
+    target.thread_names(cfg.follow_children, &mut thread_names);
     if let Some(bar) = session.bar {
         bar.finish_and_clear();
     }
@@ -192,6 +195,8 @@ pub async fn capture(
         notes,
         server_latency,
         steal: steal.into_samples(),
+        sample_period_ns: cfg.sample_period_ns(),
+        thread_names,
     })
 }
 

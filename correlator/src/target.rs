@@ -88,6 +88,25 @@ impl Target {
             .flat_map(|tgid| task_ids(tgid).into_iter().map(move |tid| (tgid, tid)))
             .collect()
     }
+
+    /// Adds the names of the target's live threads to `names` (a thread
+    /// that exited keeps the name seen earlier).
+    pub fn thread_names(
+        &self,
+        children: bool,
+        names: &mut std::collections::BTreeMap<u32, String>,
+    ) {
+        for (tgid, tid) in self.threads(children) {
+            if let Ok(comm) = fs::read_to_string(
+                proc_path(tgid)
+                    .join("task")
+                    .join(tid.to_string())
+                    .join("comm"),
+            ) {
+                names.insert(tid, comm.trim_end().to_string());
+            }
+        }
+    }
 }
 
 /// Whether `pid` exists and is not a zombie.

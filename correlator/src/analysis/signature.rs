@@ -101,7 +101,8 @@ pub fn signature(
 
 /// Similar sizes (peak latency within a factor of 3 of the median for
 /// ≥ 80% of episodes) and, among those similar episodes, regular starts
-/// (≥ 80% of their intervals within ±20% of the median). Intervals are taken
+/// (≥ 80% of their intervals within ±20% of the median, together covering
+/// ≥ 80% of the time from the first to the last). Intervals are taken
 /// over the similar episodes only: a periodic job plus a few unrelated
 /// small spikes (a VM hiccup) is still a periodic job.
 fn periodic(episodes: &[Episode]) -> Option<SignatureResult> {
@@ -132,6 +133,17 @@ fn periodic(episodes: &[Episode]) -> Option<SignatureResult> {
         .filter(|g| (g - period).abs() <= 0.2 * period)
         .collect();
     if (regular.len() as f64) < 0.8 * gaps.len() as f64 {
+        return None;
+    }
+    // The rhythm must last through the run, not only inside clusters: a
+    // CPU hog's 20-60 ms bursts preempt the server at every 4 ms scheduler
+    // tick, so the episodes inside each burst are 4 ms apart, yet the
+    // bursts come at random. Regular gaps of a periodic job cover (nearly)
+    // the whole span from its first episode to its last; a burst's cover a
+    // few percent of it.
+    let span = starts[starts.len() - 1] - starts[0];
+    let covered: f64 = regular.iter().sum();
+    if covered < 0.8 * span {
         return None;
     }
     let mean = regular.iter().sum::<f64>() / regular.len() as f64;

@@ -3,6 +3,8 @@
 //! spread over the buckets (fault bursts inside the stalls), as a long
 //! real run would produce. Deterministic.
 
+use std::collections::BTreeMap;
+
 use correlator_common::{Counter, NUM_COUNTERS};
 
 use crate::{
@@ -82,6 +84,8 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
                 blocked_ns: if i % 5 == 0 { 0 } else { 75_000 },
                 next_pid: 7,
                 next_comm: "kworker".into(),
+                syscall: None,
+                site: crate::timeline::syscalls::Site::Other,
             }
         })
         .collect();
@@ -128,5 +132,12 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         latency: Some(latency),
         server_latency: None,
         steal: Vec::new(),
+        account_names: Vec::new(),
+        thread_accounts: Vec::new(),
+        syscalls: Vec::new(),
+        syscall_totals: BTreeMap::new(),
+        sample_period_ns: 0,
+        samples: 0,
+        thread_names: BTreeMap::new(),
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use correlator_common::{Counter, NUM_COUNTERS};
+use correlator_common::{Account, Counter, NUM_ACCOUNT, NUM_COUNTERS};
 
 use super::*;
 use crate::{
@@ -15,8 +15,9 @@ use crate::{
     loadgen::recorder::RequestTimes,
     target::Target,
     timeline::{
-        OffCpu,
+        OffCpu, SyscallSpan, ThreadAccount,
         runfile::{Durations, Environment, EventTotals, Losses, Overhead, RunFile, StopReason},
+        syscalls::Site,
     },
 };
 
@@ -35,7 +36,13 @@ struct Synth {
     /// Extra per-phase service time that makes spikes grow with load.
     phase_slow_every: Vec<u64>,
     steal: Vec<crate::timeline::steal::StealSample>,
+    /// Per-thread bucket accounts by (tid, bucket).
+    accounts: BTreeMap<(u32, u64), [u64; NUM_ACCOUNT]>,
+    syscalls: Vec<SyscallSpan>,
 }
+
+/// The serving thread of every synthetic run.
+const SERVER: u32 = 101;
 
 impl Synth {
     fn new(rate: f64, seconds: u64) -> Self {
@@ -46,6 +53,8 @@ impl Synth {
             stalls: Vec::new(),
             phase_slow_every: vec![0],
             steal: Vec::new(),
+            accounts: BTreeMap::new(),
+            syscalls: Vec::new(),
         }
     }
 
@@ -65,25 +74,52 @@ impl Synth {
             stalls: Vec::new(),
             phase_slow_every: slow_every.to_vec(),
             steal: Vec::new(),
+            accounts: BTreeMap::new(),
+            syscalls: Vec::new(),
         }
     }
 
-    /// Steal on `cpus` throughout the run: `per_sample` in every 100 ms
-    /// sample (as the recorder samples /proc/stat).
-    fn steady_steal(&mut self, cpus: &[u32], per_sample: u64) {
-        let (start, end) = (self.phases[0].1, self.phases[self.phases.len() - 1].2);
-        let mut t = start;
-        while t < end {
-            for &cpu in cpus {
-                self.steal.push(crate::timeline::steal::StealSample {
-                    cpu,
-                    start_ns: t,
-                    end_ns: t + 100 * MS,
-                    steal_ns: per_sample,
-                });
-            }
-            t += 100 * MS;
+    /// Adds `ns` to slot `slot` of `tid`'s account, spread over the
+    /// buckets of [at, at + len) (all at `at` when `len` is 0).
+    fn acct(&mut self, tid: u32, at: u64, len: u64, slot: usize, ns: u64) {
+        if len == 0 {
+            self.accounts
+                .entry((tid, at >> SHIFT))
+                .or_insert([0; NUM_ACCOUNT])[slot] += ns;
+            return;
         }
+        let bucket = 1u64 << SHIFT;
+        let mut t = at;
+        while t < at + len {
+            let next = ((t >> SHIFT) + 1) * bucket;
+            // Cumulative shares, so small counts are not lost to rounding.
+            let share = |x: u64| (u128::from(ns) * u128::from(x - at) / u128::from(len)) as u64;
+            let part = share(next.min(at + len)) - share(t);
+            self.accounts
+                .entry((tid, t >> SHIFT))
+                .or_insert([0; NUM_ACCOUNT])[slot] += part;
+            t = next;
+        }
+    }
+
+    /// `tid` on the CPU for [at, at + len): `kernel` of it in `slot`
+    /// (syscall time, IRQ, steal...), and one sample per ms, `fault_share`
+    /// of them in fault handling and the rest in user code.
+    fn on_cpu(&mut self, tid: u32, at: u64, len: u64, kernel: &[(Account, u64)], fault_share: f64) {
+        self.acct(tid, at, len, Account::OnCpu as usize, len);
+        for &(slot, ns) in kernel {
+            self.acct(tid, at, len, slot as usize, ns);
+        }
+        let samples = len / MS;
+        let faults = (samples as f64 * fault_share).round() as u64;
+        self.acct(tid, at, len, Account::SamplesFault as usize, faults);
+        self.acct(
+            tid,
+            at,
+            len,
+            Account::SamplesUser as usize,
+            samples - faults,
+        );
     }
 
     fn stall(&mut self, at: u64, len: u64) {
@@ -105,6 +141,7 @@ impl Synth {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn off(
         &mut self,
         tid: u32,
@@ -113,6 +150,8 @@ impl Synth {
         blocked: u64,
         preempted: bool,
         by: &str,
+        site: Site,
+        syscall: Option<u32>,
     ) {
         self.offcpu.push(OffCpu {
             tid,
@@ -126,15 +165,31 @@ impl Synth {
             blocked_ns: blocked,
             next_pid: 999,
             next_comm: by.into(),
+            syscall,
+            site,
         });
     }
 
-    /// The serving thread's ordinary sleeps between requests.
+    fn preempted(&mut self, tid: u32, start: u64, len: u64, by: &str) {
+        self.off(tid, start, len, 0, true, by, Site::Other, None);
+    }
+
+    fn blocked(&mut self, tid: u32, start: u64, len: u64, site: Site, syscall: Option<u32>) {
+        self.off(tid, start, 30 * US, len, false, "", site, syscall);
+    }
+
+    /// The serving thread's ordinary life between requests: idle in
+    /// epoll_wait (recorded), then 100 µs on the CPU, every ms, except
+    /// where a stall is (placed before this is called).
     fn ordinary_sleeps(&mut self, tid: u32) {
         let (start, end) = (self.phases[0].1, self.phases[self.phases.len() - 1].2);
+        let stalls = self.stalls.clone();
         let mut t = start;
         while t < end {
-            self.off(tid, t, 5 * US, 80 * US, false, "");
+            if !stalls.iter().any(|&(at, len)| t + MS > at && t < at + len) {
+                self.off(tid, t, 5 * US, 800 * US, false, "", Site::Idle, Some(232));
+                self.on_cpu(tid, t + 805 * US, 100 * US, &[], 0.0);
+            }
             t += MS;
         }
     }
@@ -213,6 +268,22 @@ impl Synth {
             latency: None,
             server_latency: None,
             steal: self.steal.clone(),
+            account_names: Vec::new(),
+            thread_accounts: self
+                .accounts
+                .iter()
+                .map(|(&(tid, epoch), &ns)| ThreadAccount {
+                    tid,
+                    epoch,
+                    top_syscall: None,
+                    ns,
+                })
+                .collect(),
+            syscalls: self.syscalls.clone(),
+            syscall_totals: BTreeMap::new(),
+            sample_period_ns: 1_000_000,
+            samples: 0,
+            thread_names: BTreeMap::new(),
         };
         let lat = LatencyCapture {
             source: "synthetic".into(),
@@ -232,11 +303,8 @@ fn run(s: Synth) -> Analysis {
     analyze(&run, &lat, &AnalysisOptions::default())
 }
 
-fn top(a: &Analysis) -> &str {
-    a.classification
-        .causes
-        .first()
-        .map_or("none", |c| c.cause.as_str())
+fn top(a: &Analysis) -> Option<CauseKind> {
+    a.classification.causes.first().map(|c| c.cause)
 }
 
 /// Pseudo-random but fixed times for sporadic stalls.
@@ -249,28 +317,38 @@ fn sporadic_times(n: usize, seconds: u64) -> Vec<u64> {
     out
 }
 
-/// Ten 20 ms stalls full of minor faults, every 400 ms, over background faults.
+/// Ten 20 ms stalls of fault handling every 400 ms: 15 of the 20 samples
+/// in the kernel outside syscalls.
 fn periodic_fault_bursts() -> Synth {
     let mut s = Synth::new(10_000.0, 5);
-    s.background(Counter::PageFaultsMinor, 20);
-    s.ordinary_sleeps(101);
     for i in 0..10 {
         let at = T0 + 250 * MS + i * 400 * MS;
         s.stall(at, 20 * MS);
-        for k in 0..20 {
-            s.events(at + k * MS, Counter::PageFaultsMinor, 700);
-        }
+        s.on_cpu(SERVER, at, 20 * MS, &[], 0.75);
+        s.events(at, Counter::PageFaultsMinor, 10_000);
     }
     s
 }
 
 #[test]
 fn periodic_page_fault_bursts() {
-    let s = periodic_fault_bursts();
+    let mut s = periodic_fault_bursts();
+    s.ordinary_sleeps(SERVER);
     let a = run(s);
     assert_eq!(a.episodes.len(), 10);
     assert_periodic_every_400ms(&a);
-    assert_eq!(top(&a), "page_faults", "{:#?}", a.classification.causes);
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::PageFaults),
+        "{:#?}",
+        a.classification.causes
+    );
+    // The sampled split: 75% of the on-CPU time, with its error stated.
+    for e in &a.episodes {
+        let f = e.account.fault_ns as f64 / e.account.duration_ns as f64;
+        assert!((0.6..0.85).contains(&f), "{:#?}", e.account);
+        assert!(e.account.fault_error_ns > 0);
+    }
 }
 
 /// The bursts of `periodic_fault_bursts` found periodic at their period.
@@ -295,19 +373,46 @@ fn periodic_survives_unrelated_small_stalls() {
     for at in [T0 + 500 * MS, T0 + 1_480 * MS] {
         s.stall(at, 3 * MS);
     }
+    s.ordinary_sleeps(SERVER);
     let a = run(s);
     assert_eq!(a.episodes.len(), 12);
     assert_periodic_every_400ms(&a);
 }
 
+/// A hog that spins in bursts at random times preempts the server at every
+/// scheduler tick inside a burst: episodes 4 ms apart in clusters are
+/// bursts at random, not a periodic job. (Seen live: 127 of 148 intervals
+/// were 4 ms, and the run was called periodic.)
+#[test]
+fn tick_spaced_preemption_inside_random_bursts_is_sporadic() {
+    let mut s = Synth::new(10_000.0, 5);
+    for burst in sporadic_times(8, 5) {
+        for k in 0..10 {
+            let at = burst + k * 4 * MS;
+            s.stall(at, 3 * MS);
+            s.preempted(SERVER, at, 3 * MS, "hog");
+        }
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    assert_eq!(a.episodes.len(), 80);
+    assert_eq!(
+        a.classification.signature,
+        Signature::Sporadic,
+        "{}",
+        a.classification.evidence
+    );
+    assert_eq!(top(&a), Some(CauseKind::Preemption));
+}
+
 #[test]
 fn sporadic_preemption_names_the_task() {
     let mut s = Synth::new(10_000.0, 5);
-    s.ordinary_sleeps(101);
     for at in sporadic_times(8, 5) {
         s.stall(at, 15 * MS);
-        s.off(101, at, 15 * MS, 0, true, "hog");
+        s.preempted(SERVER, at, 15 * MS, "hog");
     }
+    s.ordinary_sleeps(SERVER);
     let a = run(s);
     assert_eq!(
         a.classification.signature,
@@ -315,117 +420,93 @@ fn sporadic_preemption_names_the_task() {
         "{}",
         a.classification.evidence
     );
-    assert_eq!(top(&a), "preemption", "{:#?}", a.classification.causes);
-    assert!(a.classification.causes[0].evidence.contains("hog"));
-    assert!(a.episodes.iter().all(|e| e.account.explained_share > 0.5));
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Preemption),
+        "{:#?}",
+        a.classification.causes
+    );
+    let cause = &a.classification.causes[0];
+    assert!(cause.evidence.contains("hog"), "{}", cause.evidence);
+    assert!(cause.p_value.is_some_and(|p| p < 1e-3), "{cause:#?}");
+    assert!(a.episodes.iter().all(|e| e.account.explained_share > 0.9));
 }
 
 #[test]
-fn sporadic_blocking() {
+fn sporadic_blocking_names_the_wait() {
     let mut s = Synth::new(10_000.0, 5);
-    s.ordinary_sleeps(101);
     for at in sporadic_times(8, 5) {
         s.stall(at, 12 * MS);
-        s.off(101, at, 30 * US, 12 * MS, false, "");
+        s.blocked(SERVER, at, 12 * MS, Site::Lock, Some(202));
     }
+    s.ordinary_sleeps(SERVER);
     let a = run(s);
-    assert_eq!(top(&a), "blocking", "{:#?}", a.classification.causes);
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Blocking),
+        "{:#?}",
+        a.classification.causes
+    );
+    assert!(a.classification.causes[0].evidence.contains("futex"));
+}
+
+/// Stalls during which the server sat idle in epoll_wait: the requests
+/// were late before they reached it. That is the environment, not a cause
+/// of the server's, whatever else the thread did.
+#[test]
+fn idle_stalls_are_not_the_servers() {
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(40, 5) {
+        s.stall(at, 3 * MS);
+        s.off(SERVER, at, 0, 2_700 * US, false, "", Site::Idle, Some(232));
+        s.on_cpu(SERVER, at + 2_700 * US, 300 * US, &[], 0.0);
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Idle),
+        "{:#?}",
+        a.classification.causes
+    );
+    assert!(!CauseKind::Idle.is_server());
 }
 
 #[test]
 fn softirq_and_hardirq_time() {
-    let mut s = Synth::new(10_000.0, 5);
-    s.background(Counter::SoftIrqs, 100);
-    s.background(Counter::SoftIrqNs, 100);
-    for at in sporadic_times(8, 5) {
-        s.stall(at, 8 * MS);
-        for k in 0..8 {
-            s.events(at + k * MS, Counter::SoftIrqs, 20);
-            s.events(at + k * MS, Counter::SoftIrqNs, 900 * US);
+    for (slot, want) in [
+        (Account::SoftIrq, CauseKind::Softirq),
+        (Account::HardIrq, CauseKind::Hardirq),
+    ] {
+        let mut s = Synth::new(10_000.0, 5);
+        for at in sporadic_times(8, 5) {
+            s.stall(at, 8 * MS);
+            s.on_cpu(SERVER, at, 8 * MS, &[(slot, 7 * MS)], 0.0);
         }
+        s.ordinary_sleeps(SERVER);
+        let a = run(s);
+        assert_eq!(top(&a), Some(want), "{:#?}", a.classification.causes);
     }
-    let a = run(s);
-    assert_eq!(top(&a), "softirq", "{:#?}", a.classification.causes);
-
-    let mut s = Synth::new(10_000.0, 5);
-    for at in sporadic_times(8, 5) {
-        s.stall(at, 8 * MS);
-        for k in 0..8 {
-            s.events(at + k * MS, Counter::HardIrqs, 5);
-            s.events(at + k * MS, Counter::HardIrqNs, 900 * US);
-        }
-    }
-    assert_eq!(top(&run(s)), "hardirq");
 }
 
-/// Stalls with nothing in the kernel but steal time on the CPU are the
-/// hypervisor's, not on-CPU work.
+/// Stalls during which the thread ran but its vCPU was stolen (measured
+/// from its run queue) are the hypervisor's, not on-CPU work.
 #[test]
-fn stalls_under_steal_are_the_hypervisors() {
+fn stolen_stalls_are_the_hypervisors() {
     let mut s = Synth::new(10_000.0, 5);
-    s.ordinary_sleeps(101);
     for at in sporadic_times(8, 5) {
         s.stall(at, 20 * MS);
-        s.steal.push(crate::timeline::steal::StealSample {
-            cpu: 1,
-            start_ns: at - 50 * MS,
-            end_ns: at + 50 * MS,
-            steal_ns: 20 * MS,
-        });
+        s.on_cpu(SERVER, at, 20 * MS, &[(Account::Steal, 19 * MS)], 0.0);
     }
+    s.ordinary_sleeps(SERVER);
     let a = run(s);
-    assert_eq!(top(&a), "steal", "{:#?}", a.classification.causes);
-}
-
-/// A lock wait on a host that steals heavily (every 100 ms sample has more
-/// steal than the episode is long) is still the lock's: the thread was
-/// measured asleep, so the stolen time cannot have been its delay.
-#[test]
-fn blocking_under_heavy_steal_is_still_blocking() {
-    let mut s = Synth::new(10_000.0, 5);
-    s.ordinary_sleeps(101);
-    s.steady_steal(&[0, 1], 30 * MS);
-    for at in sporadic_times(8, 5) {
-        s.stall(at, 15 * MS);
-        s.off(101, at, 30 * US, 14 * MS, false, "");
-    }
-    let a = run(s);
-    assert_eq!(top(&a), "blocking", "{:#?}", a.classification.causes);
-    assert!(
-        a.episodes
-            .iter()
-            .all(|e| e.account.steal_ns <= e.account.duration_ns / 10),
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Steal),
         "{:#?}",
-        a.episodes.iter().map(|e| &e.account).collect::<Vec<_>>()
+        a.classification.causes
     );
-}
-
-/// Fault bursts that fill three quarters of each episode, on a host that
-/// steals heavily (every 100 ms sample has more steal than an episode is
-/// long): the faults are counted work, so the steal sample, which may have
-/// fallen anywhere in its 100 ms, only gets the rest and does not outrank
-/// them.
-#[test]
-fn fault_bursts_under_heavy_steal_are_still_faults() {
-    let mut s = Synth::new(10_000.0, 5);
-    s.background(Counter::PageFaultsMinor, 20);
-    s.ordinary_sleeps(101);
-    for at in sporadic_times(8, 5) {
-        s.stall(at, 20 * MS);
-        for k in 0..20 {
-            s.events(at + k * MS, Counter::PageFaultsMinor, 500);
-        }
-    }
-    s.steady_steal(&[1], 30 * MS);
-    let a = run(s);
-    assert_eq!(top(&a), "page_faults", "{:#?}", a.classification.causes);
-    for e in &a.episodes {
-        let acc = &e.account;
-        assert!(
-            acc.steal_ns + acc.faults_estimated_ns <= acc.duration_ns,
-            "{acc:#?}"
-        );
-    }
+    assert!(a.episodes.iter().all(|e| e.account.on_cpu_user_ns < 2 * MS));
 }
 
 /// A thread that waits for its CPU while softirqs run there (or ksoftirqd,
@@ -434,16 +515,25 @@ fn fault_bursts_under_heavy_steal_are_still_faults() {
 #[test]
 fn waiting_through_softirq_work_is_softirq_not_preemption() {
     let mut s = Synth::new(10_000.0, 5);
-    s.ordinary_sleeps(101);
     for at in sporadic_times(8, 5) {
         s.stall(at, 10 * MS);
-        s.off(101, at, 10 * MS, 0, true, "ksoftirqd/1");
-        for k in 0..10 {
-            s.events(at + k * MS, Counter::SoftIrqWaitNs, 950 * US);
-        }
+        s.preempted(SERVER, at, 10 * MS, "ksoftirqd/1");
+        s.acct(
+            SERVER,
+            at,
+            10 * MS,
+            Account::SoftIrqWait as usize,
+            9_500 * US,
+        );
     }
+    s.ordinary_sleeps(SERVER);
     let a = run(s);
-    assert_eq!(top(&a), "softirq", "{:#?}", a.classification.causes);
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Softirq),
+        "{:#?}",
+        a.classification.causes
+    );
     assert!(
         a.episodes.iter().all(|e| e.account.runnable_ns < MS),
         "{:#?}",
@@ -456,40 +546,110 @@ fn major_faults_and_migrations() {
     let mut s = Synth::new(10_000.0, 5);
     for at in sporadic_times(8, 5) {
         s.stall(at, 8 * MS);
-        s.events(at, Counter::PageFaultsMajor, 70);
+        s.blocked(SERVER, at, 8 * MS, Site::Fault, None);
     }
-    assert_eq!(top(&run(s)), "major_faults");
+    s.ordinary_sleeps(SERVER);
+    assert_eq!(top(&run(s)), Some(CauseKind::MajorFaults));
 
     let mut s = Synth::new(10_000.0, 5);
     for at in sporadic_times(8, 5) {
         s.stall(at, 8 * MS);
-        s.events(at, Counter::Migrations, 300);
+        // Short hops: on the CPU in sched_setaffinity, then waiting for the
+        // migration, all summed by the kernel side.
+        s.on_cpu(
+            SERVER,
+            at,
+            8 * MS,
+            &[
+                (Account::SyscallCpu, 3 * MS),
+                (Account::MigrationCpu, 3 * MS),
+            ],
+            0.0,
+        );
+        s.acct(
+            SERVER,
+            at,
+            8 * MS,
+            Account::Blocked as usize + Site::Migration as usize,
+            4 * MS,
+        );
     }
-    assert_eq!(top(&run(s)), "migrations");
+    s.ordinary_sleeps(SERVER);
+    assert_eq!(top(&run(s)), Some(CauseKind::Migrations));
+}
+
+/// A long syscall on the CPU in the kernel (a fork of a big process) is
+/// named by the syscall.
+#[test]
+fn kernel_time_in_one_syscall_names_it() {
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 20 * MS);
+        s.on_cpu(SERVER, at, 20 * MS, &[], 0.0);
+        s.syscalls.push(SyscallSpan {
+            tid: SERVER,
+            nr: 56,
+            start_ns: at,
+            end_ns: at + 19 * MS,
+            offcpu_ns: 0,
+        });
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Syscall),
+        "{:#?}",
+        a.classification.causes
+    );
+    assert!(a.classification.causes[0].evidence.starts_with("clone"));
 }
 
 #[test]
-fn spikes_without_kernel_excess_are_on_cpu() {
+fn spikes_on_cpu_in_user_code_are_on_cpu() {
     let mut s = Synth::new(10_000.0, 5);
-    s.background(Counter::PageFaultsMinor, 200);
-    s.ordinary_sleeps(101);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 10 * MS);
+        s.on_cpu(SERVER, at, 10 * MS, &[], 0.0);
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::OnCpu),
+        "{:#?}",
+        a.classification.causes
+    );
+}
+
+/// Time that no measurement covers stays unexplained, and no cause is
+/// built from it.
+#[test]
+fn unmeasured_stalls_stay_unexplained() {
+    let mut s = Synth::new(10_000.0, 5);
     for at in sporadic_times(8, 5) {
         s.stall(at, 10 * MS);
     }
+    s.ordinary_sleeps(SERVER);
     let a = run(s);
-    assert_eq!(top(&a), "on_cpu", "{:#?}", a.classification.causes);
     assert!(
-        a.classification
-            .causes
-            .iter()
-            .all(|c| c.cause == "on_cpu" || c.score < 0.1)
+        a.episodes.iter().all(|e| e.account.explained_share < 0.2),
+        "{:#?}",
+        a.episodes
+    );
+    assert!(
+        a.classification.causes.iter().all(|c| c.score < 0.2),
+        "{:#?}",
+        a.classification.causes
     );
 }
 
 #[test]
 fn load_correlated_is_queueing() {
-    // Spikes: 0.1% of requests at 2k/s, 1% at 4k/s, 5% at 8k/s.
-    let s = Synth::sweep(&[2_000.0, 4_000.0, 8_000.0], 3, &[1_000, 100, 20]);
+    // Spikes: 0.1% of requests at 2k/s, 1% at 4k/s, 5% at 8k/s; the
+    // serving thread busy throughout.
+    let mut s = Synth::sweep(&[2_000.0, 4_000.0, 8_000.0], 3, &[1_000, 100, 20]);
+    s.on_cpu(SERVER, T0, 9_000 * MS, &[], 0.0);
     let a = run(s);
     assert_eq!(
         a.classification.signature,
@@ -497,7 +657,12 @@ fn load_correlated_is_queueing() {
         "{}",
         a.classification.evidence
     );
-    assert_eq!(top(&a), "queueing", "{:#?}", a.classification.causes);
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Queueing),
+        "{:#?}",
+        a.classification.causes
+    );
 }
 
 #[test]
@@ -530,11 +695,11 @@ fn too_few_episodes_to_tell() {
 fn spikes_too_rare_to_reach_p995_claim_nothing() {
     // 4 stalls of 2.5 ms at 10k req/s in 5 s: ~0.04% of requests.
     let mut s = Synth::new(10_000.0, 5);
-    s.ordinary_sleeps(101);
     for at in sporadic_times(4, 5) {
         s.stall(at, 2_500 * US);
-        s.off(101, at, 2_500 * US, 0, true, "kworker");
+        s.preempted(SERVER, at, 2_500 * US, "kworker");
     }
+    s.ordinary_sleeps(SERVER);
     let a = run(s);
     assert_eq!(a.episodes.len(), 4);
     assert_eq!(a.classification.signature, Signature::None);

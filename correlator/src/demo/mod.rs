@@ -2,6 +2,8 @@
 //! neighbour that preempts it, and the scenario suite that checks
 //! correlator names each injected cause.
 
+use crate::analysis::CauseKind;
+
 pub mod hog;
 pub mod server;
 pub mod suite;
@@ -60,17 +62,17 @@ impl Scenario {
     }
 
     /// The signature and top cause a correct analysis names.
-    pub fn expected(self) -> (&'static str, Option<&'static str>) {
+    pub fn expected(self) -> (&'static str, Option<CauseKind>) {
         match self {
             Scenario::None => ("none", None),
-            Scenario::Periodic => ("periodic", Some("page_faults")),
-            Scenario::Load => ("load-correlated", Some("queueing")),
-            Scenario::PageFaults => ("sporadic", Some("page_faults")),
-            Scenario::MajorFaults => ("sporadic", Some("major_faults")),
-            Scenario::Preemption => ("sporadic", Some("preemption")),
-            Scenario::Migrations => ("sporadic", Some("migrations")),
-            Scenario::Blocking => ("sporadic", Some("blocking")),
-            Scenario::Softirq => ("sporadic", Some("softirq")),
+            Scenario::Periodic => ("periodic", Some(CauseKind::PageFaults)),
+            Scenario::Load => ("load-correlated", Some(CauseKind::Queueing)),
+            Scenario::PageFaults => ("sporadic", Some(CauseKind::PageFaults)),
+            Scenario::MajorFaults => ("sporadic", Some(CauseKind::MajorFaults)),
+            Scenario::Preemption => ("sporadic", Some(CauseKind::Preemption)),
+            Scenario::Migrations => ("sporadic", Some(CauseKind::Migrations)),
+            Scenario::Blocking => ("sporadic", Some(CauseKind::Blocking)),
+            Scenario::Softirq => ("sporadic", Some(CauseKind::Softirq)),
         }
     }
 }

@@ -21,8 +21,9 @@ use aya::{
 };
 use correlator_common::{
     BUCKET_SLOTS, Bucket, Config, CpuState, IrqKind, NUM_COUNTERS, NUM_IRQ_KINDS,
-    NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuRecord, RequestRecord, SOFTIRQ_NAMES, THREAD_SLOTS,
-    TOTAL_IRQ_KIND_BASE, ThreadState, Total,
+    NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuRecord, RequestRecord, SOFTIRQ_NAMES, SYSCALL_SLOTS,
+    SyscallRecord, SyscallTotal, THREAD_SLOTS, TOTAL_IRQ_KIND_BASE, ThreadBucket, ThreadState,
+    Total,
 };
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +31,7 @@ use crate::{
     clock,
     latency::passive::{PassiveSource, PassiveStats},
     target::Target,
-    timeline::{OffCpu, Timeline},
+    timeline::{OffCpu, SyscallSpan, ThreadAccount, Timeline, syscalls},
 };
 
 /// The compiled kernel programs, built by build.rs through aya-build.
@@ -39,7 +40,9 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 /// BTF tracepoints attached (program name = tracepoint name). BTF
 /// tracepoints skip the classic tracepoints' formatting of every event into
 /// a perf buffer, which alone slowed a context-switch heavy load by ~10%.
-pub const TRACEPOINTS: [&str; 19] = [
+pub const TRACEPOINTS: [&str; 21] = [
+    "sys_enter",
+    "sys_exit",
     "sched_switch",
     "sched_wakeup",
     "sched_migrate_task",
@@ -89,6 +92,15 @@ pub struct ProbeConfig {
     pub ring_bytes: u32,
     /// Server-side request latency without load: `--syscalls` or `--uprobe`.
     pub passive: Option<PassiveSource>,
+    /// On-CPU samples of target threads per second (each CPU).
+    pub sample_hz: u32,
+}
+
+impl ProbeConfig {
+    /// Time one on-CPU sample stands for: the period of the CPU-clock event.
+    pub fn sample_period_ns(&self) -> u64 {
+        1_000_000_000 / u64::from(self.sample_hz.max(1))
+    }
 }
 
 impl Default for ProbeConfig {
@@ -101,6 +113,9 @@ impl Default for ProbeConfig {
             max_records: 2_000_000,
             ring_bytes: 8 << 20,
             passive: None,
+            // Not 1000: off the 250 Hz tick's multiples, so samples do not
+            // fall in step with timer work.
+            sample_hz: 997,
         }
     }
 }
@@ -132,6 +147,13 @@ pub struct KernelTotals {
     pub softirq_vectors: [u64; NUM_SOFTIRQ_VECTORS],
     /// The kernel side's passive-latency counts (lost, unpaired, calls).
     pub passive: PassiveStats,
+    /// Thread accounts and syscall records lost to a full ring buffer.
+    pub accounts_lost: u64,
+    pub syscall_records_lost: u64,
+    /// On-CPU samples taken of target threads.
+    pub samples: u64,
+    /// Per syscall number: calls, total and off-CPU time.
+    pub syscalls: Vec<(u32, SyscallTotal)>,
 }
 
 /// Attached probes for one target.
@@ -142,6 +164,9 @@ pub struct Probes {
     cpus: PerCpuArray<MapData, CpuState>,
     records: RingBuf<MapData>,
     requests: RingBuf<MapData>,
+    accounts: RingBuf<MapData>,
+    syscall_records: RingBuf<MapData>,
+    syscall_totals: PerCpuArray<MapData, SyscallTotal>,
     /// Names of tasks that ran while a target waited, by pid, for records
     /// the kernel side left unnamed (see `note_runner`).
     names: std::collections::HashMap<u32, String>,
@@ -185,13 +210,31 @@ impl Probes {
             uprobe_every: 1,
             // Measurement only (the bench's floor variant), never a product mode.
             floor_only: u64::from(floor_only_requested()),
+            passive_syscalls: 0,
+            task_cfs_rq_offset: 0,
+            cfs_rq_rq_offset: 0,
+            rq_steal_offset: 0,
         };
         let mut config = config;
+        // Steal at ns resolution from the run queue; kernels without
+        // paravirt steal accounting (no prev_steal_time_rq) or without
+        // group scheduling (no cfs_rq->rq) measure none, and say so.
+        if let (Ok(se), Ok(cfs_rq), Ok(rq), Ok(steal)) = (
+            kernel_btf.member_offset("task_struct", "se"),
+            kernel_btf.member_offset("sched_entity", "cfs_rq"),
+            kernel_btf.member_offset("cfs_rq", "rq"),
+            kernel_btf.member_offset("rq", "prev_steal_time_rq"),
+        ) {
+            config.task_cfs_rq_offset = (se + cfs_rq).into();
+            config.cfs_rq_rq_offset = rq.into();
+            config.rq_steal_offset = steal.into();
+        }
+        if !cfg!(target_arch = "x86_64") {
+            bail!("correlator knows the x86-64 syscall numbers only");
+        }
         match &cfg.passive {
             Some(PassiveSource::Syscalls) => {
-                if !cfg!(target_arch = "x86_64") {
-                    bail!("--syscalls knows the x86-64 syscall numbers only");
-                }
+                config.passive_syscalls = 1;
                 config.regs_arg0_offset = kernel_btf.member_offset("pt_regs", "di")?.into();
                 config.regs_nr_offset = kernel_btf.member_offset("pt_regs", "orig_ax")?.into();
             }
@@ -217,7 +260,13 @@ impl Probes {
             spill: take_map(&mut ebpf, "SPILL")?,
         };
         let mut children: HashMap<MapData, u32, u32> = take_map(&mut ebpf, "CHILD_TGIDS")?;
-        attach_all(&mut ebpf)?;
+        let mut sites: Array<MapData, u32> = take_map(&mut ebpf, "SYSCALL_SITES")?;
+        for (nr, site) in syscalls::site_table().into_iter().enumerate() {
+            sites
+                .set(u32::try_from(nr).unwrap_or(0), &site, 0)
+                .context("writing SYSCALL_SITES")?;
+        }
+        attach_all(&mut ebpf, cfg.sample_period_ns())?;
         if let Some(source) = &cfg.passive {
             attach_passive(&mut ebpf, source, target.pid)?;
         }
@@ -234,6 +283,9 @@ impl Probes {
             cpus: take_map(&mut ebpf, "CPUS")?,
             records: take_map(&mut ebpf, "RECORDS")?,
             requests: take_map(&mut ebpf, "REQUESTS")?,
+            accounts: take_map(&mut ebpf, "ACCOUNTS")?,
+            syscall_records: take_map(&mut ebpf, "SYSCALL_RECORDS")?,
+            syscall_totals: take_map(&mut ebpf, "SYSCALL_TOTALS")?,
             names: std::collections::HashMap::new(),
             ebpf: Some(ebpf),
             bucket_ns,
@@ -291,6 +343,20 @@ impl Probes {
                     off.next_comm = task_name(&mut self.names, off.next_pid);
                 }
                 timeline.push_offcpu(off);
+            }
+        }
+        while let Some(item) = self.accounts.next() {
+            if item.len() >= size_of::<ThreadBucket>() {
+                // SAFETY: as above, a whole ThreadBucket.
+                let rec = unsafe { item.as_ptr().cast::<ThreadBucket>().read_unaligned() };
+                timeline.push_account(ThreadAccount::from(&rec));
+            }
+        }
+        while let Some(item) = self.syscall_records.next() {
+            if item.len() >= size_of::<SyscallRecord>() {
+                // SAFETY: as above, a whole SyscallRecord.
+                let rec = unsafe { item.as_ptr().cast::<SyscallRecord>().read_unaligned() };
+                timeline.push_syscall(SyscallSpan::from(&rec));
             }
         }
     }
@@ -376,6 +442,24 @@ impl Probes {
             .irq_kinds
             .copy_from_slice(&sum[irq..irq + NUM_IRQ_KINDS]);
         totals.softirq_vectors = softirqs;
+        totals.accounts_lost = sum[Total::AccountsLost as usize];
+        totals.syscall_records_lost = sum[Total::SyscallRecordsLost as usize];
+        totals.samples = sum[Total::Samples as usize];
+        for nr in 0..SYSCALL_SLOTS {
+            let per_cpu = self
+                .syscall_totals
+                .get(&nr, 0)
+                .context("reading SYSCALL_TOTALS")?;
+            let mut t = SyscallTotal::default();
+            for c in per_cpu.iter() {
+                t.calls += c.calls;
+                t.total_ns += c.total_ns;
+                t.offcpu_ns += c.offcpu_ns;
+            }
+            if t.calls > 0 {
+                totals.syscalls.push((nr, t));
+            }
+        }
         Ok(totals)
     }
 }
@@ -424,7 +508,7 @@ pub fn floor_only_requested() -> bool {
     std::env::var_os("CORRELATOR_FLOOR_ONLY").is_some()
 }
 
-fn attach_all(ebpf: &mut Ebpf) -> Result<()> {
+fn attach_all(ebpf: &mut Ebpf, sample_period_ns: u64) -> Result<()> {
     let btf =
         aya::Btf::from_sys_fs().context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")?;
     for prog in TRACEPOINTS {
@@ -455,6 +539,21 @@ fn attach_all(ebpf: &mut Ebpf) -> Result<()> {
                 .with_context(|| format!("cannot open software perf event {prog} on CPU {cpu}"))?;
         }
     }
+    let program: &mut PerfEvent = ebpf
+        .program_mut("cpu_sample")
+        .context("program cpu_sample missing from the eBPF object")?
+        .try_into()?;
+    program.load().map_err(|e| refused("cpu_sample", &e))?;
+    for &cpu in &cpus {
+        program
+            .attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Period(sample_period_ns),
+                false,
+            )
+            .with_context(|| format!("cannot open a cpu-clock perf event on CPU {cpu}"))?;
+    }
     Ok(())
 }
 
@@ -477,20 +576,9 @@ fn task_name(names: &mut std::collections::HashMap<u32, String>, pid: u32) -> St
 /// Attaches the passive request-latency programs.
 fn attach_passive(ebpf: &mut Ebpf, source: &PassiveSource, pid: u32) -> Result<()> {
     match source {
-        PassiveSource::Syscalls => {
-            let btf = aya::Btf::from_sys_fs()
-                .context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")?;
-            let program: &mut BtfTracePoint = ebpf
-                .program_mut("sys_exit")
-                .context("program sys_exit missing from the eBPF object")?
-                .try_into()?;
-            program
-                .load("sys_exit", &btf)
-                .map_err(|e| refused("sys_exit", &e))?;
-            program
-                .attach()
-                .context("cannot attach to BTF tracepoint sys_exit")?;
-        }
+        // sys_exit is always attached (syscall accounting); the flag in
+        // CONFIG turns its request pairing on.
+        PassiveSource::Syscalls => {}
         PassiveSource::Uprobe { binary, symbol, .. } => {
             let scope = UProbeScope::OneProcess(
                 std::num::NonZeroU32::new(pid).context("PID 0 cannot be probed")?,

@@ -239,39 +239,50 @@ fn percentile_plot(r: &Report) -> String {
 fn account_plot(r: &Report) -> String {
     let shown: Vec<_> = r.episodes.iter().take(40).collect();
     let bar_h = 14.0;
-    let h = 40.0 + bar_h * shown.len() as f64 * 1.3;
+    let h = 54.0 + bar_h * shown.len() as f64 * 1.3;
     let mut svg = format!(r#"<svg viewBox="0 0 {W} {h}" width="{W}" height="{h}" class="plot">"#);
-    let parts: [(&str, &str); 7] = [
+    let parts: [(&str, &str); 11] = [
+        ("user code", "#4c78a8"),
+        ("kernel: syscalls", "#72b7b2"),
+        ("kernel: faults", "#2a9d8f"),
+        ("migration", "#54a24b"),
         ("waiting runnable", "#e8853d"),
         ("blocked", "#8a63d2"),
         ("hard IRQ", "#c33"),
         ("softirq", "#e0b000"),
-        ("faults/migr. (est.)", "#2a9d8f"),
-        ("host steal (≤)", "#5b8fd6"),
+        ("host steal", "#5b8fd6"),
+        ("idle (no work)", "#e6e6e6"),
         ("unexplained", "#bbb"),
     ];
     for (i, (name, color)) in parts.iter().enumerate() {
+        let (col, row) = (i % 6, i / 6);
         let _ = write!(
             svg,
-            r#"<rect x="{:.1}" y="6" width="10" height="10" fill="{color}"/><text x="{:.1}" y="15" font-size="11">{name}</text>"#,
-            LEFT + i as f64 * 128.0,
-            LEFT + i as f64 * 128.0 + 14.0
+            r#"<rect x="{:.1}" y="{:.1}" width="10" height="10" fill="{color}"/><text x="{:.1}" y="{:.1}" font-size="11">{name}</text>"#,
+            LEFT + col as f64 * 118.0,
+            6.0 + row as f64 * 14.0,
+            LEFT + col as f64 * 118.0 + 14.0,
+            15.0 + row as f64 * 14.0
         );
     }
     for (k, e) in shown.iter().enumerate() {
         let a = &e.account;
         let d = a.duration_ns.max(1) as f64;
         let values = [
+            a.on_cpu_user_ns,
+            a.syscall_ns,
+            a.fault_ns,
+            a.migration_ns,
             a.runnable_ns,
-            a.blocked_ns,
+            a.blocked_ns(),
             a.hardirq_ns,
             a.softirq_ns,
-            a.faults_estimated_ns + a.migrations_estimated_ns,
             a.steal_ns,
+            a.idle_ns,
             a.unexplained_ns,
         ];
         let total: f64 = values.iter().map(|&v| v as f64).sum::<f64>().max(d);
-        let y = 28.0 + k as f64 * bar_h * 1.3;
+        let y = 42.0 + k as f64 * bar_h * 1.3;
         let mut x = LEFT;
         for (v, (_, color)) in values.iter().zip(parts.iter()) {
             let wv = *v as f64 / total * (W - LEFT - RIGHT);
@@ -341,7 +352,7 @@ pub fn render(r: &Report) -> String {
         let _ = write!(
             causes,
             "<tr><td><b>{}</b></td><td>{:.2}</td><td>{}</td><td>{}</td></tr>",
-            esc(&cause.cause),
+            esc(cause.cause.name()),
             cause.score,
             esc(&cause.evidence),
             esc(&cause.experiment)

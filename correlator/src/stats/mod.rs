@@ -182,6 +182,21 @@ pub fn mann_whitney(a: &[f64], b: &[f64]) -> MannWhitney {
     mann_whitney_with(a, b, method)
 }
 
+/// One-sided Mann-Whitney U test: p-value of "`a` tends to be larger
+/// than `b`". The null distribution of U is symmetric, so this is half the
+/// two-sided p when `a`'s U is above its mean, and one minus that half
+/// otherwise (scipy's `alternative="greater"`, up to the continuity
+/// correction's side).
+pub fn mann_whitney_greater(a: &[f64], b: &[f64]) -> f64 {
+    if a.is_empty() || b.is_empty() {
+        return 1.0;
+    }
+    let t = mann_whitney(a, b);
+    let mean = (a.len() * b.len()) as f64 / 2.0;
+    let half = (t.p_value / 2.0).clamp(0.0, 0.5);
+    if t.u > mean { half } else { 1.0 - half }
+}
+
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);

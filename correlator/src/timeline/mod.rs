@@ -8,11 +8,16 @@
 
 pub mod runfile;
 pub mod steal;
+pub mod syscalls;
 
 use std::collections::BTreeMap;
 
-use correlator_common::{NUM_COUNTERS, OffCpuKind, OffCpuRecord};
+use correlator_common::{
+    NUM_ACCOUNT, NUM_COUNTERS, OffCpuKind, OffCpuRecord, SyscallRecord, ThreadBucket,
+};
 use serde::{Deserialize, Serialize};
+
+use syscalls::Site;
 
 /// An off-CPU interval of one target thread.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +35,17 @@ pub struct OffCpu {
     /// on the CPU it waited for (empty if unknown).
     pub next_pid: u32,
     pub next_comm: String,
+    /// Syscall the thread was in when it left the CPU (None: user mode,
+    /// or a fault). Absent in run files from before it was recorded.
+    #[serde(default)]
+    pub syscall: Option<u32>,
+    /// Where the blocked part waited.
+    #[serde(default = "site_other")]
+    pub site: Site,
+}
+
+fn site_other() -> Site {
+    Site::Other
 }
 
 impl From<&OffCpuRecord> for OffCpu {
@@ -47,6 +63,63 @@ impl From<&OffCpuRecord> for OffCpu {
             blocked_ns: r.blocked_ns,
             next_pid: r.next_pid,
             next_comm: String::from_utf8_lossy(&r.next_comm[..len]).into_owned(),
+            syscall: r.syscall.checked_sub(1),
+            site: Site::from_raw(r.site),
+        }
+    }
+}
+
+/// One target thread's account of one bucket (see `correlator_common::Account`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadAccount {
+    pub tid: u32,
+    pub epoch: u64,
+    /// The short syscall that ran longest in the kernel in this bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_syscall: Option<(u32, u64)>,
+    /// Indexed by `correlator_common::Account`.
+    pub ns: [u64; NUM_ACCOUNT],
+}
+
+impl From<&ThreadBucket> for ThreadAccount {
+    fn from(b: &ThreadBucket) -> Self {
+        Self {
+            tid: b.tid,
+            epoch: b.epoch,
+            top_syscall: b
+                .top_syscall
+                .checked_sub(1)
+                .map(|nr| (nr, b.top_syscall_ns)),
+            ns: b.ns,
+        }
+    }
+}
+
+/// A syscall of a target thread at least the record minimum long.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyscallSpan {
+    pub tid: u32,
+    pub nr: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Off the CPU inside the call; the rest ran in the kernel.
+    pub offcpu_ns: u64,
+}
+
+impl SyscallSpan {
+    pub fn on_cpu_ns(&self) -> u64 {
+        (self.end_ns.saturating_sub(self.start_ns)).saturating_sub(self.offcpu_ns)
+    }
+}
+
+impl From<&SyscallRecord> for SyscallSpan {
+    fn from(r: &SyscallRecord) -> Self {
+        Self {
+            tid: r.tid,
+            nr: r.nr,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+            offcpu_ns: r.offcpu_ns,
         }
     }
 }
@@ -61,6 +134,8 @@ pub struct Timeline {
     /// Running sum of every bucket (kept, not recomputed: read on every drain).
     sum: Counts,
     offcpu: Vec<OffCpu>,
+    accounts: Vec<ThreadAccount>,
+    syscalls: Vec<SyscallSpan>,
     max_records: usize,
     records_over_cap: u64,
 }
@@ -72,6 +147,8 @@ impl Timeline {
             buckets: BTreeMap::new(),
             sum: [0; NUM_COUNTERS],
             offcpu: Vec::new(),
+            accounts: Vec::new(),
+            syscalls: Vec::new(),
             max_records,
             records_over_cap: 0,
         }
@@ -99,6 +176,41 @@ impl Timeline {
         } else {
             self.records_over_cap += 1;
         }
+    }
+
+    /// Each kind of record is capped at `max_records`; the rest are counted.
+    fn capped<T>(v: &mut Vec<T>, item: T, max: usize, over: &mut u64) {
+        if v.len() < max {
+            v.push(item);
+        } else {
+            *over += 1;
+        }
+    }
+
+    pub fn push_account(&mut self, account: ThreadAccount) {
+        Self::capped(
+            &mut self.accounts,
+            account,
+            self.max_records,
+            &mut self.records_over_cap,
+        );
+    }
+
+    pub fn push_syscall(&mut self, span: SyscallSpan) {
+        Self::capped(
+            &mut self.syscalls,
+            span,
+            self.max_records,
+            &mut self.records_over_cap,
+        );
+    }
+
+    pub fn accounts(&self) -> &[ThreadAccount] {
+        &self.accounts
+    }
+
+    pub fn syscalls(&self) -> &[SyscallSpan] {
+        &self.syscalls
     }
 
     /// Buckets with events, in time order, as (epoch, counts).
@@ -152,6 +264,8 @@ mod tests {
             blocked_ns: 0,
             next_pid: 0,
             next_comm: String::new(),
+            syscall: None,
+            site: Site::Other,
         };
         t.push_offcpu(rec.clone());
         t.push_offcpu(rec);

@@ -13,7 +13,7 @@ use super::steal::StealSample;
 use crate::latency::passive::ServerLatency;
 use serde::{Deserialize, Serialize};
 
-use super::{Counts, OffCpu, Timeline};
+use super::{Counts, OffCpu, SyscallSpan, ThreadAccount, Timeline};
 use crate::{
     probes::{KernelTotals, ProgramCost},
     target::Target,
@@ -71,6 +71,12 @@ pub struct Losses {
     /// Events counted in the kernel totals but missing from the drained
     /// buckets (the drain fell more than the bucket ring behind).
     pub bucket_events_undrained: u64,
+    /// Per-thread bucket accounts and syscall records the kernel could not
+    /// put in their full ring buffers.
+    #[serde(default)]
+    pub accounts_lost: u64,
+    #[serde(default)]
+    pub syscall_records_lost: u64,
 }
 
 impl Losses {
@@ -79,7 +85,21 @@ impl Losses {
             + self.thread_map_full
             + self.records_over_cap
             + self.bucket_events_undrained
+            + self.accounts_lost
+            + self.syscall_records_lost
     }
+}
+
+/// One syscall's totals over the run, for the target's threads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyscallTotals {
+    pub calls: u64,
+    /// Enter to exit.
+    pub total_ns: u64,
+    /// Off the CPU inside the calls (blocked or waiting for a CPU).
+    pub offcpu_ns: u64,
+    /// In the kernel on a CPU: `total_ns - offcpu_ns`.
+    pub on_cpu_ns: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -170,7 +190,55 @@ pub struct RunFile {
     /// Hypervisor steal time per CPU (intervals with some steal only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steal: Vec<StealSample>,
+    /// Per target thread and bucket: where its time went (slots named by
+    /// `account_names`). Off-CPU intervals with a record are not in it.
+    #[serde(default)]
+    pub account_names: Vec<String>,
+    #[serde(default)]
+    pub thread_accounts: Vec<ThreadAccount>,
+    /// Syscalls at least `min_offcpu_record_ns` long.
+    #[serde(default)]
+    pub syscalls: Vec<SyscallSpan>,
+    /// Per syscall name, over the run.
+    #[serde(default)]
+    pub syscall_totals: BTreeMap<String, SyscallTotals>,
+    /// Time one on-CPU sample stands for (0: no samples).
+    #[serde(default)]
+    pub sample_period_ns: u64,
+    /// On-CPU samples taken of target threads.
+    #[serde(default)]
+    pub samples: u64,
+    /// Target thread names by tid (as of the end of the run).
+    #[serde(default)]
+    pub thread_names: BTreeMap<u32, String>,
 }
+
+/// Name of each account slot in run files, in `correlator_common::Account`
+/// order (blocked slots in `WaitSite` order).
+pub const ACCOUNT_NAMES: [&str; correlator_common::NUM_ACCOUNT] = [
+    "on_cpu",
+    "syscall_cpu",
+    "migration_cpu",
+    "steal",
+    "hardirq",
+    "softirq",
+    "hardirq_wait",
+    "softirq_wait",
+    "runnable",
+    "blocked_idle",
+    "blocked_lock",
+    "blocked_io",
+    "blocked_fault",
+    "blocked_sleep",
+    "blocked_migration",
+    "blocked_other",
+    "samples_user",
+    "samples_syscall",
+    "samples_fault",
+    "samples_irq",
+];
+
+const _: () = assert!(correlator_common::Account::SamplesIrq as usize == ACCOUNT_NAMES.len() - 1);
 
 /// Name of each counter slot in run files.
 pub fn counter_name(c: Counter) -> &'static str {
@@ -216,6 +284,8 @@ pub struct Capture {
     pub notes: Vec<String>,
     pub server_latency: Option<ServerLatency>,
     pub steal: Vec<StealSample>,
+    pub sample_period_ns: u64,
+    pub thread_names: BTreeMap<u32, String>,
 }
 
 impl RunFile {
@@ -233,7 +303,25 @@ impl RunFile {
             thread_map_full: c.kernel.thread_map_full,
             records_over_cap: c.timeline.records_over_cap(),
             bucket_events_undrained: undrained,
+            accounts_lost: c.kernel.accounts_lost,
+            syscall_records_lost: c.kernel.syscall_records_lost,
         };
+        let syscall_totals = c
+            .kernel
+            .syscalls
+            .iter()
+            .map(|(nr, t)| {
+                (
+                    super::syscalls::name(*nr),
+                    SyscallTotals {
+                        calls: t.calls,
+                        total_ns: t.total_ns,
+                        offcpu_ns: t.offcpu_ns,
+                        on_cpu_ns: t.total_ns.saturating_sub(t.offcpu_ns),
+                    },
+                )
+            })
+            .collect();
         let at = |ctr: Counter| k[ctr as usize];
         let totals = EventTotals {
             page_faults_minor: at(Counter::PageFaultsMinor),
@@ -288,6 +376,13 @@ impl RunFile {
             latency: None,
             server_latency: c.server_latency,
             steal: c.steal,
+            account_names: ACCOUNT_NAMES.map(String::from).to_vec(),
+            thread_accounts: c.timeline.accounts().to_vec(),
+            syscalls: c.timeline.syscalls().to_vec(),
+            syscall_totals,
+            sample_period_ns: c.sample_period_ns,
+            samples: c.kernel.samples,
+            thread_names: c.thread_names,
         }
     }
 

@@ -1,0 +1,395 @@
+//! Where a target thread's time went in a window, built only from
+//! measurements:
+//!
+//! - off the CPU: the off-CPU records (blocked, by wait site, then
+//!   runnable), exact, plus the short intervals summed per bucket by the
+//!   kernel side (also by wait site);
+//! - on the CPU: time from switch-in to switch-out (booked at every
+//!   sample), syscall time in the kernel (enter to exit minus the time off
+//!   the CPU inside), IRQ time while the thread ran, and hypervisor steal
+//!   from its run queue, all exact; what remains is user code or kernel
+//!   work outside syscalls (fault handling), split between the two by the
+//!   on-CPU samples, with the sampling error stated.
+//!
+//! Bucket rows (one per thread per bucket) count into a window in
+//! proportion to their overlap with it, the one approximation: it is at
+//! most a bucket's worth at each edge.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use correlator_common::{Account, NUM_ACCOUNT};
+use serde::{Deserialize, Serialize};
+
+use super::kernel::{OffKind, Threads};
+use crate::timeline::{
+    SyscallSpan, ThreadAccount,
+    runfile::RunFile,
+    syscalls::{self, Site},
+};
+
+/// Where one thread's time went in an episode (or any window).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeAccount {
+    pub duration_ns: u64,
+    /// The thread accounted for ("name (tid N)"): the serving thread that
+    /// was busiest or most delayed in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<String>,
+    /// Running user code.
+    pub on_cpu_user_ns: u64,
+    /// In the kernel on behalf of the thread: syscalls plus fault handling.
+    pub on_cpu_kernel_ns: u64,
+    /// The syscall part of `on_cpu_kernel_ns`, and the syscall with the
+    /// most of it.
+    pub syscall_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_syscall: Option<String>,
+    #[serde(default)]
+    pub top_syscall_ns: u64,
+    /// The fault-handling part of `on_cpu_kernel_ns` (sampled: on-CPU time
+    /// outside syscalls and IRQs, split by the share of samples taken in
+    /// the kernel), and that estimate's standard error.
+    pub fault_ns: u64,
+    pub fault_error_ns: u64,
+    /// Moving between CPUs: in migrating syscalls (sched_setaffinity), on
+    /// the CPU and waiting for the migration and the new CPU.
+    pub migration_ns: u64,
+    /// Waiting for a CPU (minus IRQ time on that CPU, which is IRQ time).
+    pub runnable_ns: u64,
+    /// Who ran instead, most of that time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_by: Option<String>,
+    /// Blocked, by wait site (idle is apart: see `idle_ns`).
+    pub blocked_lock_ns: u64,
+    pub blocked_io_ns: u64,
+    /// A major fault waiting for its page.
+    pub blocked_fault_ns: u64,
+    pub blocked_sleep_ns: u64,
+    pub blocked_other_ns: u64,
+    /// The syscall the thread blocked in most (e.g. "futex").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_site: Option<String>,
+    /// Waiting for work (epoll, accept, a socket read): not a delay the
+    /// server caused.
+    pub idle_ns: u64,
+    pub hardirq_ns: u64,
+    pub softirq_ns: u64,
+    /// Stolen by the hypervisor while the thread was on the CPU.
+    pub steal_ns: u64,
+    /// Window time the measurements above do not cover.
+    pub unexplained_ns: u64,
+    /// Measured share of the window (everything but `unexplained_ns`).
+    pub explained_share: f64,
+}
+
+impl TimeAccount {
+    pub fn blocked_ns(&self) -> u64 {
+        self.blocked_lock_ns
+            + self.blocked_io_ns
+            + self.blocked_fault_ns
+            + self.blocked_sleep_ns
+            + self.blocked_other_ns
+    }
+
+    /// Everything measured.
+    pub fn measured_ns(&self) -> u64 {
+        self.on_cpu_user_ns
+            + self.on_cpu_kernel_ns
+            + self.migration_ns
+            + self.runnable_ns
+            + self.blocked_ns()
+            + self.idle_ns
+            + self.hardirq_ns
+            + self.softirq_ns
+            + self.steal_ns
+    }
+
+    /// Time the server itself spent delayed or busy (all but idle).
+    fn busy_ns(&self) -> u64 {
+        self.measured_ns().saturating_sub(self.idle_ns)
+    }
+}
+
+/// Raw sums for one thread and window, before they become an account.
+#[derive(Default)]
+struct Sums {
+    slots: [f64; NUM_ACCOUNT],
+    /// From records: blocked by site, runnable, migration.
+    blocked: BTreeMap<Site, f64>,
+    runnable: f64,
+    migration_off: f64,
+    /// Long syscalls' on-CPU time in the window.
+    syscall_on: f64,
+    migration_on: f64,
+    by_syscall: HashMap<String, f64>,
+    by_wait: HashMap<String, f64>,
+    by_runner: HashMap<String, f64>,
+}
+
+/// Every thread's records, indexed for window queries.
+pub struct Accounts<'a> {
+    run: &'a RunFile,
+    threads: &'a Threads<'a>,
+    /// Per thread: bucket rows sorted by epoch.
+    rows: HashMap<u32, Vec<&'a ThreadAccount>>,
+    /// Per thread: long syscalls sorted by start.
+    syscalls: HashMap<u32, Vec<&'a SyscallSpan>>,
+    longest_syscall: u64,
+    /// Threads accounted for in every window: those that waited for input
+    /// at some time (the serving threads), or every thread seen if none
+    /// did (a busy-polling server).
+    candidates: Vec<u32>,
+    shift: u32,
+}
+
+impl<'a> Accounts<'a> {
+    pub fn new(run: &'a RunFile, threads: &'a Threads<'a>) -> Self {
+        let mut rows: HashMap<u32, Vec<&ThreadAccount>> = HashMap::new();
+        for r in &run.thread_accounts {
+            rows.entry(r.tid).or_default().push(r);
+        }
+        for v in rows.values_mut() {
+            v.sort_by_key(|r| r.epoch);
+        }
+        let mut syscalls: HashMap<u32, Vec<&SyscallSpan>> = HashMap::new();
+        for s in &run.syscalls {
+            syscalls.entry(s.tid).or_default().push(s);
+        }
+        for v in syscalls.values_mut() {
+            v.sort_by_key(|s| s.start_ns);
+        }
+        let idle_slot = Account::Blocked as usize + Site::Idle as usize;
+        let mut serving: HashSet<u32> = run
+            .thread_accounts
+            .iter()
+            .filter(|r| r.ns[idle_slot] > 0)
+            .map(|r| r.tid)
+            .collect();
+        serving.extend(
+            run.offcpu
+                .iter()
+                .filter(|o| o.site == Site::Idle && o.blocked_ns > 0)
+                .map(|o| o.tid),
+        );
+        let mut all: Vec<u32> = rows
+            .keys()
+            .copied()
+            .chain(run.offcpu.iter().map(|o| o.tid))
+            .collect::<HashSet<u32>>()
+            .into_iter()
+            .collect();
+        all.sort_unstable();
+        let serving: Vec<u32> = all
+            .iter()
+            .copied()
+            .filter(|t| serving.contains(t))
+            .collect();
+        let candidates = if serving.is_empty() { all } else { serving };
+        Self {
+            run,
+            threads,
+            rows,
+            longest_syscall: run
+                .syscalls
+                .iter()
+                .map(|s| s.end_ns.saturating_sub(s.start_ns))
+                .max()
+                .unwrap_or(0),
+            syscalls,
+            candidates,
+            shift: run.bucket_ns.max(1).trailing_zeros(),
+        }
+    }
+
+    /// The account of the window for the serving thread that was busiest
+    /// or most delayed in it (the one whose requests were slow).
+    pub fn window(&self, start: u64, end: u64) -> TimeAccount {
+        self.candidates
+            .iter()
+            .map(|&tid| self.thread_window(tid, start, end))
+            .max_by_key(|a| (a.busy_ns(), a.measured_ns()))
+            .unwrap_or_else(|| TimeAccount {
+                duration_ns: end.saturating_sub(start).max(1),
+                unexplained_ns: end.saturating_sub(start).max(1),
+                ..TimeAccount::default()
+            })
+    }
+
+    fn sums(&self, tid: u32, start: u64, end: u64) -> Sums {
+        let mut s = Sums::default();
+        let bucket = 1u64 << self.shift;
+        // Bucket rows, by overlap.
+        if let Some(rows) = self.rows.get(&tid) {
+            let first = start >> self.shift;
+            let from = rows.partition_point(|r| r.epoch < first);
+            for r in rows[from..]
+                .iter()
+                .take_while(|r| r.epoch <= end >> self.shift)
+            {
+                let b0 = r.epoch << self.shift;
+                let w = (end.min(b0 + bucket).saturating_sub(start.max(b0))) as f64 / bucket as f64;
+                for (acc, v) in s.slots.iter_mut().zip(r.ns) {
+                    *acc += w * v as f64;
+                }
+                if let Some((nr, ns)) = r.top_syscall {
+                    *s.by_syscall.entry(syscalls::name(nr)).or_default() += w * ns as f64;
+                }
+                for site in Site::ALL {
+                    let v = r.ns[Account::Blocked as usize + site as usize];
+                    if v > 0 && site != Site::Idle {
+                        *s.by_wait
+                            .entry(format!("{} (short waits)", site.name()))
+                            .or_default() += w * v as f64;
+                    }
+                }
+            }
+        }
+        // Off-CPU records.
+        for span in self
+            .threads
+            .overlapping(start, end)
+            .filter(|sp| sp.record.tid == tid)
+        {
+            let o = span.overlap(start, end) as f64;
+            let r = span.record;
+            let migrating = r.site == Site::Migration && !r.preempted;
+            if migrating {
+                s.migration_off += o;
+                continue;
+            }
+            match span.kind {
+                OffKind::Blocked => {
+                    *s.blocked.entry(r.site).or_default() += o;
+                    if r.site != Site::Idle {
+                        let what = r
+                            .syscall
+                            .map_or_else(|| "page fault".to_string(), syscalls::name);
+                        *s.by_wait.entry(what).or_default() += o;
+                    }
+                }
+                OffKind::Runnable => {
+                    s.runnable += o;
+                    if !r.next_comm.is_empty() {
+                        let who = format!("{} (pid {})", r.next_comm, r.next_pid);
+                        *s.by_runner.entry(who).or_default() += o;
+                    }
+                }
+            }
+        }
+        // Long syscalls: their on-CPU time, spread over the call.
+        if let Some(calls) = self.syscalls.get(&tid) {
+            let from =
+                calls.partition_point(|c| c.start_ns < start.saturating_sub(self.longest_syscall));
+            for c in calls[from..].iter().take_while(|c| c.start_ns < end) {
+                let len = c.end_ns.saturating_sub(c.start_ns).max(1);
+                let o = end.min(c.end_ns).saturating_sub(start.max(c.start_ns));
+                if o == 0 {
+                    continue;
+                }
+                let on = c.on_cpu_ns() as f64 * o as f64 / len as f64;
+                if syscalls::migrates(c.nr) {
+                    s.migration_on += on;
+                } else {
+                    s.syscall_on += on;
+                }
+                *s.by_syscall.entry(syscalls::name(c.nr)).or_default() += on;
+            }
+        }
+        s
+    }
+
+    fn thread_window(&self, tid: u32, start: u64, end: u64) -> TimeAccount {
+        let d = end.saturating_sub(start).max(1);
+        let s = self.sums(tid, start, end);
+        let slot = |a: Account| s.slots[a as usize];
+        let blocked_slot = |site: Site| s.slots[Account::Blocked as usize + site as usize];
+        let blocked =
+            |site: Site| s.blocked.get(&site).copied().unwrap_or(0.0) + blocked_slot(site);
+        let hardirq_wait = slot(Account::HardIrqWait);
+        let softirq_wait = slot(Account::SoftIrqWait);
+        // IRQ work on the CPU the thread waited for is IRQ time, not a
+        // neighbour's; the kernel side measured it inside the wait.
+        let runnable_all = s.runnable + slot(Account::Runnable);
+        let irq_wait = (hardirq_wait + softirq_wait).min(runnable_all);
+        let runnable = runnable_all - irq_wait;
+        let (hardirq, softirq) = (
+            slot(Account::HardIrq) + hardirq_wait.min(irq_wait),
+            slot(Account::SoftIrq) + (irq_wait - hardirq_wait.min(irq_wait)),
+        );
+        let on_cpu = slot(Account::OnCpu);
+        let steal = slot(Account::Steal).min(on_cpu);
+        let migration_on = slot(Account::MigrationCpu) + s.migration_on;
+        let syscall =
+            (slot(Account::SyscallCpu) - slot(Account::MigrationCpu)).max(0.0) + s.syscall_on;
+        // On the CPU outside syscalls, IRQs and steal: user code or fault
+        // handling, split by where the samples found the thread.
+        let rest = (on_cpu
+            - steal
+            - syscall
+            - migration_on
+            - slot(Account::HardIrq)
+            - slot(Account::SoftIrq))
+        .max(0.0);
+        let (user_samples, fault_samples) =
+            (slot(Account::SamplesUser), slot(Account::SamplesFault));
+        let sampled = user_samples + fault_samples;
+        let (fault, fault_error) = if sampled > 0.0 {
+            let p = fault_samples / sampled;
+            // Binomial standard error of the split, in time.
+            (rest * p, rest * (p * (1.0 - p) / sampled).sqrt())
+        } else {
+            (0.0, 0.0)
+        };
+        let user = rest - fault;
+        let migration = migration_on + s.migration_off + blocked_slot(Site::Migration);
+        let mut account = TimeAccount {
+            duration_ns: d,
+            thread: Some(format!(
+                "{} (tid {tid})",
+                self.run
+                    .thread_names
+                    .get(&tid)
+                    .map_or("thread", String::as_str)
+            )),
+            on_cpu_user_ns: user as u64,
+            on_cpu_kernel_ns: (syscall + fault) as u64,
+            syscall_ns: syscall as u64,
+            top_syscall: None,
+            top_syscall_ns: 0,
+            fault_ns: fault as u64,
+            fault_error_ns: fault_error as u64,
+            migration_ns: migration as u64,
+            runnable_ns: runnable as u64,
+            preempted_by: top(&s.by_runner).filter(|_| runnable >= 1.0),
+            blocked_lock_ns: blocked(Site::Lock) as u64,
+            blocked_io_ns: blocked(Site::Io) as u64,
+            blocked_fault_ns: blocked(Site::Fault) as u64,
+            blocked_sleep_ns: blocked(Site::Sleep) as u64,
+            blocked_other_ns: blocked(Site::Other) as u64,
+            wait_site: top(&s.by_wait),
+            idle_ns: blocked(Site::Idle) as u64,
+            hardirq_ns: hardirq as u64,
+            softirq_ns: softirq as u64,
+            steal_ns: steal as u64,
+            unexplained_ns: 0,
+            explained_share: 0.0,
+        };
+        if let Some((name, ns)) = s.by_syscall.iter().max_by(|a, b| a.1.total_cmp(b.1)) {
+            account.top_syscall = Some(name.clone());
+            account.top_syscall_ns = *ns as u64;
+        }
+        let measured = account.measured_ns();
+        // Bucket rows reach a little past the window's edges: never more
+        // than the window is explained.
+        account.unexplained_ns = d.saturating_sub(measured);
+        account.explained_share = measured.min(d) as f64 / d as f64;
+        account
+    }
+}
+
+fn top(m: &HashMap<String, f64>) -> Option<String> {
+    m.iter()
+        .filter(|(_, v)| **v > 0.0)
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(k, _)| k.clone())
+}

@@ -1,0 +1,357 @@
+//! Causes, ranked from the measured account of every episode.
+//!
+//! A cause's share is the part of all episode time measured in its
+//! category. A server cause is claimed only when its share in episodes is
+//! higher than in the run's own baseline windows (stretches of the same
+//! length outside every episode), by a one-sided Mann-Whitney U test at
+//! α = 0.05, Bonferroni-corrected over the categories tested. Environment
+//! causes (the server idle, waiting for work; hypervisor steal) are not
+//! claims about the server: they are reported with their share whatever it
+//! is, so that a run whose spikes began outside the server says so.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Episode, account::TimeAccount, signature::Signature};
+use crate::stats;
+
+/// What delayed the requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CauseKind {
+    /// On-CPU fault handling (minor faults).
+    PageFaults,
+    /// Blocked in a fault, waiting for the page's I/O.
+    MajorFaults,
+    /// Moving between CPUs.
+    Migrations,
+    /// Waiting for a CPU another task held.
+    Preemption,
+    /// Blocked on a lock, I/O, a sleep or another wait (named).
+    Blocking,
+    Hardirq,
+    Softirq,
+    /// On-CPU kernel time in one syscall (named).
+    Syscall,
+    /// Running its own code.
+    OnCpu,
+    /// Busy serving under load that grows the spikes.
+    Queueing,
+    /// The hypervisor took the CPU (environment).
+    Steal,
+    /// The server waited for work: the delay happened before the requests
+    /// reached it (environment).
+    Idle,
+}
+
+impl CauseKind {
+    /// Whether this is something the server did or suffered, as opposed to
+    /// the environment it ran in.
+    pub fn is_server(self) -> bool {
+        !matches!(self, CauseKind::Steal | CauseKind::Idle)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CauseKind::PageFaults => "page_faults",
+            CauseKind::MajorFaults => "major_faults",
+            CauseKind::Migrations => "migrations",
+            CauseKind::Preemption => "preemption",
+            CauseKind::Blocking => "blocking",
+            CauseKind::Hardirq => "hardirq",
+            CauseKind::Softirq => "softirq",
+            CauseKind::Syscall => "syscall",
+            CauseKind::OnCpu => "on_cpu",
+            CauseKind::Queueing => "queueing",
+            CauseKind::Steal => "steal",
+            CauseKind::Idle => "idle",
+        }
+    }
+
+    /// Measured time of this cause in one account.
+    fn time(self, a: &TimeAccount) -> u64 {
+        match self {
+            CauseKind::PageFaults => a.fault_ns,
+            CauseKind::MajorFaults => a.blocked_fault_ns,
+            CauseKind::Migrations => a.migration_ns,
+            CauseKind::Preemption => a.runnable_ns,
+            CauseKind::Blocking => {
+                a.blocked_lock_ns + a.blocked_io_ns + a.blocked_sleep_ns + a.blocked_other_ns
+            }
+            CauseKind::Hardirq => a.hardirq_ns,
+            CauseKind::Softirq => a.softirq_ns,
+            CauseKind::Syscall => a.syscall_ns,
+            CauseKind::OnCpu | CauseKind::Queueing => a.on_cpu_user_ns,
+            CauseKind::Steal => a.steal_ns,
+            CauseKind::Idle => a.idle_ns,
+        }
+    }
+
+    /// The isolate-and-remeasure experiment that would confirm it.
+    fn experiment(self, detail: Option<&str>) -> String {
+        match self {
+            CauseKind::PageFaults => "pre-fault or reuse the memory (MAP_POPULATE, a pool), or change THP (knob thp=never|always), and re-measure the tail".into(),
+            CauseKind::MajorFaults => "keep the file resident (mlock / vmtouch, more page cache) and re-measure the tail".into(),
+            CauseKind::Migrations => "pin the serving threads to fixed CPUs (knob pin=CPULIST) and re-measure the tail".into(),
+            CauseKind::Preemption => match detail {
+                Some(who) => format!("pin the server away from {who} (knob pin=CPULIST) or stop it (knob stop=PID), and re-measure"),
+                None => "pin the server to less busy CPUs (knob pin=CPULIST) and re-measure".into(),
+            },
+            CauseKind::Blocking => format!(
+                "find what the thread waits on{} (lock holder, I/O) and shorten or remove it; re-measure",
+                detail.map_or(String::new(), |d| format!(" in {d}"))
+            ),
+            CauseKind::Hardirq => "move IRQ affinity away from the server's CPUs (knob irq-affinity=IRQ:CPULIST) and re-measure".into(),
+            CauseKind::Softirq => "steer softirq work (RPS / IRQ affinity, knob rps=DEV:CPULIST) away from the server's CPUs, or pin the server elsewhere; re-measure".into(),
+            CauseKind::Syscall => format!(
+                "make the server call {} less often or off the request path, and re-measure",
+                detail.unwrap_or("that syscall")
+            ),
+            CauseKind::OnCpu => "profile the server's threads during episodes (perf record -t TID) and re-measure after changing what runs there".into(),
+            CauseKind::Queueing => "re-measure at a lower rate or with more capacity (workers, cores); the tail should shrink if it is queueing".into(),
+            CauseKind::Steal => "not the server's doing: move to dedicated vCPUs or a less contended host, and re-measure".into(),
+            CauseKind::Idle => "look before the server: the client or load generator (late sends), the network, the host; measure server-side latency (--syscalls) beside client-side".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for CauseKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Categories tested against the baseline (`Queueing` is `OnCpu` under a
+/// load-correlated signature, decided by the sweep, not by this test).
+const SERVER_CAUSES: [CauseKind; 9] = [
+    CauseKind::PageFaults,
+    CauseKind::MajorFaults,
+    CauseKind::Migrations,
+    CauseKind::Preemption,
+    CauseKind::Blocking,
+    CauseKind::Hardirq,
+    CauseKind::Softirq,
+    CauseKind::Syscall,
+    CauseKind::OnCpu,
+];
+
+/// Significance level of a cause claim, before correction.
+pub const ALPHA: f64 = 0.05;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cause {
+    pub cause: CauseKind,
+    /// Share of all episode time measured in this cause's category (0..1).
+    pub score: f64,
+    /// One-sided U test of the per-episode shares against the baseline
+    /// windows' (absent for environment causes and queueing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p_value: Option<f64>,
+    pub evidence: String,
+    /// The isolate-and-remeasure experiment that would confirm it.
+    pub experiment: String,
+}
+
+/// The ranked causes, and what was tested but not significant.
+pub struct Ranking {
+    pub causes: Vec<Cause>,
+    pub not_significant: Vec<String>,
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+fn ms(ns: f64) -> String {
+    format!("{:.1} ms", ns / 1e6)
+}
+
+/// The most common non-empty value of `f` over the episodes, weighted by
+/// `weight`.
+fn dominant(
+    episodes: &[Episode],
+    f: impl Fn(&TimeAccount) -> Option<&String>,
+    weight: impl Fn(&TimeAccount) -> u64,
+) -> Option<String> {
+    let mut by: std::collections::BTreeMap<&str, u64> = Default::default();
+    for e in episodes {
+        if let Some(v) = f(&e.account) {
+            *by.entry(v.as_str()).or_default() += weight(&e.account);
+        }
+    }
+    by.into_iter()
+        .max_by_key(|(_, w)| *w)
+        .map(|(v, _)| v.to_string())
+}
+
+/// Ranks causes for the episodes; `baseline` holds the accounts of the
+/// baseline windows.
+pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature) -> Ranking {
+    let total: f64 = episodes
+        .iter()
+        .map(|e| e.account.duration_ns as f64)
+        .sum::<f64>()
+        .max(1.0);
+    let share_of = |k: CauseKind| {
+        episodes
+            .iter()
+            .map(|e| k.time(&e.account) as f64)
+            .sum::<f64>()
+            / total
+    };
+    let shares = |accounts: &mut dyn Iterator<Item = &TimeAccount>, k: CauseKind| -> Vec<f64> {
+        accounts
+            .map(|a| k.time(a) as f64 / a.duration_ns.max(1) as f64)
+            .collect()
+    };
+    let alpha = stats::bonferroni(ALPHA, SERVER_CAUSES.len());
+    let mut causes = Vec::new();
+    let mut not_significant = Vec::new();
+    let load = signature == Signature::LoadCorrelated;
+    for kind in SERVER_CAUSES {
+        let share = share_of(kind);
+        if share <= 0.0 {
+            continue;
+        }
+        let in_episodes = shares(&mut episodes.iter().map(|e| &e.account), kind);
+        let in_baseline = shares(&mut baseline.iter(), kind);
+        let p = if in_baseline.is_empty() {
+            1.0
+        } else {
+            stats::mann_whitney_greater(&in_episodes, &in_baseline)
+        };
+        let (kind, p_value) = if kind == CauseKind::OnCpu && load {
+            // Busy serving while spikes grow with the offered rate: the
+            // sweep is the evidence (see the signature).
+            (CauseKind::Queueing, None)
+        } else {
+            (kind, Some(p))
+        };
+        if p_value.is_some_and(|p| p >= alpha) {
+            not_significant.push(format!("{} ({}, p = {p:.2})", kind.name(), pct(share)));
+            continue;
+        }
+        let (evidence, detail) = evidence(kind, episodes, share, total);
+        let p_text = p_value.map_or(String::new(), |p| {
+            format!("; more than in the baseline windows (U test p = {p:.1e})")
+        });
+        causes.push(Cause {
+            cause: kind,
+            score: share,
+            p_value,
+            evidence: format!("{evidence}{p_text}"),
+            experiment: kind.experiment(detail.as_deref()),
+        });
+    }
+    for kind in [CauseKind::Idle, CauseKind::Steal] {
+        let share = share_of(kind);
+        if share > 0.0 {
+            let (evidence, detail) = evidence(kind, episodes, share, total);
+            causes.push(Cause {
+                cause: kind,
+                score: share,
+                p_value: None,
+                evidence,
+                experiment: kind.experiment(detail.as_deref()),
+            });
+        }
+    }
+    causes.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Ranking {
+        causes,
+        not_significant,
+    }
+}
+
+/// The evidence line of a cause, and the detail its experiment names.
+fn evidence(
+    kind: CauseKind,
+    episodes: &[Episode],
+    share: f64,
+    total: f64,
+) -> (String, Option<String>) {
+    let n = episodes.len();
+    let time = ms(share * total);
+    let base = format!("{} of episode time ({time} in {n} episodes)", pct(share));
+    match kind {
+        CauseKind::Preemption => {
+            let who = dominant(episodes, |a| a.preempted_by.as_ref(), |a| a.runnable_ns);
+            let text = match &who {
+                Some(w) => format!("a serving thread waited for its CPU while {w} ran: {base}"),
+                None => format!("a serving thread waited for a CPU: {base}"),
+            };
+            (text, who)
+        }
+        CauseKind::Blocking => {
+            let site = dominant(episodes, |a| a.wait_site.as_ref(), |a| a.blocked_ns());
+            let text = format!(
+                "a serving thread was blocked{}: {base}",
+                site.as_ref().map_or(String::new(), |s| format!(" in {s}"))
+            );
+            (text, site)
+        }
+        CauseKind::Syscall => {
+            let call = dominant(episodes, |a| a.top_syscall.as_ref(), |a| a.top_syscall_ns);
+            let text = format!(
+                "{}: on the CPU in the kernel, {base}",
+                call.as_deref().unwrap_or("syscalls")
+            );
+            (text, call)
+        }
+        CauseKind::PageFaults => {
+            let err: f64 = episodes
+                .iter()
+                .map(|e| (e.account.fault_error_ns as f64).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            (
+                format!(
+                    "fault handling on the CPU (sampled, ± {} standard error): {base}",
+                    ms(err)
+                ),
+                None,
+            )
+        }
+        CauseKind::MajorFaults => (
+            format!("blocked in page faults waiting for their pages (I/O): {base}"),
+            None,
+        ),
+        CauseKind::Migrations => (
+            format!(
+                "moving between CPUs (in sched_setaffinity and waiting for the new CPU): {base}"
+            ),
+            None,
+        ),
+        CauseKind::Hardirq => (
+            format!("hard IRQs on the serving thread's CPU while it ran or waited for it: {base}"),
+            None,
+        ),
+        CauseKind::Softirq => (
+            format!("softirqs on the serving thread's CPU while it ran or waited for it: {base}"),
+            None,
+        ),
+        CauseKind::OnCpu => (
+            format!(
+                "the serving thread ran its own code: {base}: application work, GC, or something the probes cannot see"
+            ),
+            None,
+        ),
+        CauseKind::Queueing => (
+            format!(
+                "spikes grow with the offered rate and the serving thread was busy running: {base}"
+            ),
+            None,
+        ),
+        CauseKind::Steal => (
+            format!(
+                "the hypervisor took the CPU while the serving thread ran (steal from its run queue): {base}"
+            ),
+            None,
+        ),
+        CauseKind::Idle => (
+            format!(
+                "the server was waiting for work: {base}: those requests were delayed before they reached it (client, network, load generator, host)"
+            ),
+            None,
+        ),
+    }
+}

@@ -285,7 +285,7 @@ pub struct LoadArgs {
 /// Where the report goes (shared by `run` and `report`).
 #[derive(Clone, Debug, clap::Args)]
 pub struct ReportOutputs {
-    /// Report JSON (schema correlator.report/v1).
+    /// Report JSON (schema correlator.report/v2).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
     /// Self-contained HTML report with plots.

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod demo;
 pub mod doctor;
 pub mod experiment;
+pub mod known_syscalls;
 pub mod latency;
 pub mod loadgen;
 pub mod memory;

@@ -51,6 +51,8 @@ pub struct WorkloadArgs {
     /// --follow-children).
     #[arg(long)]
     pub in_child_process: bool,
+    #[command(flatten)]
+    pub syscalls: crate::known_syscalls::SyscallWork,
 }
 
 /// The process's own resource usage, from getrusage(RUSAGE_SELF).
@@ -107,6 +109,9 @@ struct Report {
     /// own body, and as the caller saw it (body + call + any probe traps).
     #[serde(skip_serializing_if = "Option::is_none")]
     calls: Option<CallTimes>,
+    /// Known syscall work, each phase timed by the helper.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    phases: Vec<crate::known_syscalls::Phase>,
 }
 
 #[derive(Clone, Copy, Serialize)]
@@ -159,6 +164,9 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
     } else {
         None
     };
+    let cold = args
+        .syscalls
+        .prepare(&args.fault_dir.clone().unwrap_or_else(std::env::temp_dir))?;
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     let before = usage();
@@ -197,6 +205,8 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
         drop(major);
         r?;
     }
+    let phases = args.syscalls.run(cold.as_ref())?;
+    drop(cold);
     let after = usage();
     let work_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut out = std::io::stdout().lock();
@@ -207,6 +217,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             after,
             work_ns,
             calls,
+            phases,
         },
     )?;
     writeln!(out)?;

@@ -107,7 +107,7 @@ fn a_directory_of_reports_is_one_value_per_run() {
     let dir = scratch("compare-dir");
     let report = |p99: u64| {
         json!({
-            "schema": "correlator.report/v1",
+            "schema": "correlator.report/v2",
             "latency": {"percentiles": [
                 {"p": 50.0, "value_ns": 100, "samples_above": 5000},
                 {"p": 99.0, "value_ns": p99, "samples_above": 100},

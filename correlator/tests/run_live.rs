@@ -57,7 +57,7 @@ fn periodic_page_fault_bursts_are_named() {
         &["--html", dir.join("r.html").to_str().expect("utf8")],
     );
     eprintln!("{}", r["classification"]);
-    assert_eq!(r["schema"], "correlator.report/v1");
+    assert_eq!(r["schema"], "correlator.report/v2");
     assert_eq!(r["classification"]["signature"], "periodic");
     let period = r["classification"]["period_ms"].as_f64().expect("period");
     assert!((285.0..=315.0).contains(&period), "period {period}");

@@ -1,4 +1,4 @@
-//! The report model (schema `correlator.report/v1`, docs/report.md) and its
+//! The report model (schema `correlator.report/v2`, docs/report.md) and its
 //! views: terminal, JSON, HTML with SVG plots, and a Perfetto / Chrome trace.
 //! Every view renders this one model.
 
@@ -15,7 +15,7 @@ use crate::{
     timeline::runfile::{Environment, EventTotals, Losses, RunFile},
 };
 
-pub const SCHEMA: &str = "correlator.report/v1";
+pub const SCHEMA: &str = "correlator.report/v2";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProgramOverhead {

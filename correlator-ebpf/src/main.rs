@@ -10,13 +10,22 @@
 //! - only off-CPU intervals long enough to matter produce a ring-buffer
 //!   record, submitted without waking the reader (userspace drains on a timer).
 //!
+//! - every target thread keeps an account of the current bucket (on-CPU
+//!   time, syscall time in the kernel, steal, IRQ time, short off-CPU
+//!   intervals by wait site, on-CPU samples by context) and emits it as one
+//!   ring-buffer record when it first does something in a later bucket.
+//!
 //! Counters are plain (non-atomic) adds: the maps are per-CPU, tracepoint
 //! and perf-event programs are not preempted, and each counter has one
 //! writer context (hard IRQ fields only in hard IRQ, switch and migration
 //! fields only with IRQs off, fault fields only in the faulting task), so
-//! no two writes of one field interleave. The one race left, a bucket reset
-//! interrupted by an IRQ program, can only lose counts from buckets, never
-//! from totals, and userspace reports any such shortfall as lost.
+//! no two writes of one field interleave. Two races are left: a bucket
+//! reset interrupted by an IRQ program can only lose counts from buckets,
+//! never from totals, and userspace reports any such shortfall as lost; a
+//! thread's account updated by its syscall exit can be interrupted by an
+//! IRQ or sample program adding to the same account (BTF tracepoints nest
+//! across programs), which can lose that one addition or emit one bucket's
+//! account twice: at most one IRQ's or sample's worth, rarely.
 #![no_std]
 #![no_main]
 

@@ -56,6 +56,10 @@ enum Variant {
     /// into the programs' own and the statistics' (two clock reads and a
     /// per-CPU update around every program run).
     CorrelatorNoStats,
+    /// correlator without its syscall and sample programs (sys_enter,
+    /// sys_exit, cpu_sample): the set before the measured account, so the
+    /// account's cost is the difference in the same run.
+    CorrelatorWithoutContext,
     /// correlator's programs on the same attach points returning at once,
     /// statistics on: what attaching anything there costs on this kernel
     /// (the tracepoint dispatch, and the statistics' clock reads).
@@ -64,9 +68,10 @@ enum Variant {
 }
 
 impl Variant {
-    const ALL: [Variant; 5] = [
+    const ALL: [Variant; 6] = [
         Variant::Bare,
         Variant::Correlator,
+        Variant::CorrelatorWithoutContext,
         Variant::CorrelatorNoStats,
         Variant::Floor,
         Variant::Bpftrace,
@@ -99,6 +104,7 @@ impl Variant {
         match self {
             Variant::Bare => "not attached",
             Variant::Correlator => "correlator",
+            Variant::CorrelatorWithoutContext => "corr. w/o sys+smp",
             Variant::CorrelatorNoStats => "corr. no stats",
             Variant::Floor => "empty programs",
             Variant::Bpftrace => "bpftrace",
@@ -230,7 +236,12 @@ fn report(placement: Placement, samples: &[(Variant, Sample)], loops: u64) -> Va
     }
     println!("ns per program run (kernel BPF statistics, summed over reps):");
     let mut costs = Vec::new();
-    for v in [Variant::Correlator, Variant::Floor, Variant::Bpftrace] {
+    for v in [
+        Variant::Correlator,
+        Variant::CorrelatorWithoutContext,
+        Variant::Floor,
+        Variant::Bpftrace,
+    ] {
         let mut total: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
         for s in of(v) {
             for (name, cnt, ns) in &s.programs {
@@ -318,8 +329,14 @@ fn measure(
     };
     let mut tool = match variant {
         Variant::Bare => None,
-        Variant::Correlator | Variant::CorrelatorNoStats | Variant::Floor => {
+        Variant::Correlator
+        | Variant::CorrelatorWithoutContext
+        | Variant::CorrelatorNoStats
+        | Variant::Floor => {
             let mut cmd = Command::new(bin);
+            if variant == Variant::CorrelatorWithoutContext {
+                cmd.env("CORRELATOR_NO_SYSCALL_CONTEXT", "1");
+            }
             if variant == Variant::CorrelatorNoStats {
                 cmd.env("CORRELATOR_NO_BPF_STATS", "1");
             }
@@ -358,7 +375,13 @@ fn measure(
         bail!("perf bench failed");
     }
     let programs = match (variant, tool.as_mut()) {
-        (Variant::Correlator | Variant::CorrelatorNoStats | Variant::Floor, Some(c)) => {
+        (
+            Variant::Correlator
+            | Variant::CorrelatorWithoutContext
+            | Variant::CorrelatorNoStats
+            | Variant::Floor,
+            Some(c),
+        ) => {
             c.wait()?;
             correlator_costs(&run_file)?
         }

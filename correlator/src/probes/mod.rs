@@ -266,7 +266,11 @@ impl Probes {
                 .set(u32::try_from(nr).unwrap_or(0), &site, 0)
                 .context("writing SYSCALL_SITES")?;
         }
-        attach_all(&mut ebpf, cfg.sample_period_ns())?;
+        // Measurement only (the bench's "without syscall context" variant):
+        // the account then has no syscall, wait-site or sample data.
+        let context = std::env::var_os("CORRELATOR_NO_SYSCALL_CONTEXT").is_none()
+            || matches!(cfg.passive, Some(PassiveSource::Syscalls));
+        attach_all(&mut ebpf, cfg.sample_period_ns(), context)?;
         if let Some(source) = &cfg.passive {
             attach_passive(&mut ebpf, source, target.pid)?;
         }
@@ -508,10 +512,15 @@ pub fn floor_only_requested() -> bool {
     std::env::var_os("CORRELATOR_FLOOR_ONLY").is_some()
 }
 
-fn attach_all(ebpf: &mut Ebpf, sample_period_ns: u64) -> Result<()> {
+/// Attaches every program; without `context`, not the syscall and sample
+/// programs (a cost measurement only).
+fn attach_all(ebpf: &mut Ebpf, sample_period_ns: u64, context: bool) -> Result<()> {
     let btf =
         aya::Btf::from_sys_fs().context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")?;
     for prog in TRACEPOINTS {
+        if !context && prog.starts_with("sys_") {
+            continue;
+        }
         let program: &mut BtfTracePoint = ebpf
             .program_mut(prog)
             .with_context(|| format!("program {prog} missing from the eBPF object"))?
@@ -538,6 +547,9 @@ fn attach_all(ebpf: &mut Ebpf, sample_period_ns: u64) -> Result<()> {
                 )
                 .with_context(|| format!("cannot open software perf event {prog} on CPU {cpu}"))?;
         }
+    }
+    if !context {
+        return Ok(());
     }
     let program: &mut PerfEvent = ebpf
         .program_mut("cpu_sample")

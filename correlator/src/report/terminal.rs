@@ -79,13 +79,21 @@ pub fn render(r: &Report) -> String {
             / r.episodes.len() as f64;
         let _ = writeln!(
             out,
-            "\nEPISODES   {} (median {}, longest {}), {} requests affected, {:.0}% of episode time explained by kernel events",
+            "\nEPISODES   {} (median {}, longest {}), {} requests affected, {:.0}% of episode time measured",
             r.episodes.len(),
             fmt_ns(durations[durations.len() / 2]),
             fmt_ns(durations[durations.len() - 1]),
             r.episodes.iter().map(|e| e.window.requests).sum::<u64>(),
             explained * 100.0
         );
+        let _ = writeln!(out, "  where the time went: {}", account_line(r));
+        if !c.not_significant.is_empty() {
+            let _ = writeln!(
+                out,
+                "  not enough evidence (not above the baseline windows): {}",
+                c.not_significant.join(", ")
+            );
+        }
     }
     if let Some(s) = &r.server_side {
         let pct = |p: f64| s.summary.value_at(p).map_or("-".into(), fmt_ns);
@@ -163,4 +171,55 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(out, "note: {n}");
     }
     out
+}
+
+/// The episodes' accounts summed: each category's share of episode time,
+/// largest first.
+fn account_line(r: &Report) -> String {
+    let mut sum = [0u64; 13];
+    let mut total = 0u64;
+    for e in &r.episodes {
+        let a = &e.account;
+        total += a.duration_ns;
+        let parts = [
+            a.on_cpu_user_ns,
+            a.syscall_ns,
+            a.fault_ns,
+            a.migration_ns,
+            a.runnable_ns,
+            a.blocked_lock_ns,
+            a.blocked_io_ns,
+            a.blocked_fault_ns,
+            a.blocked_sleep_ns + a.blocked_other_ns,
+            a.idle_ns,
+            a.hardirq_ns + a.softirq_ns,
+            a.steal_ns,
+            a.unexplained_ns,
+        ];
+        for (s, v) in sum.iter_mut().zip(parts) {
+            *s += v;
+        }
+    }
+    const NAMES: [&str; 13] = [
+        "user code",
+        "syscalls",
+        "fault handling",
+        "migration",
+        "runnable",
+        "lock",
+        "io",
+        "major faults",
+        "sleep/other waits",
+        "idle",
+        "IRQs",
+        "steal",
+        "unexplained",
+    ];
+    let mut parts: Vec<(u64, &str)> = sum.into_iter().zip(NAMES).filter(|(v, _)| *v > 0).collect();
+    parts.sort_by_key(|p| std::cmp::Reverse(p.0));
+    parts
+        .iter()
+        .map(|(v, n)| format!("{n} {:.0}%", *v as f64 / total.max(1) as f64 * 100.0))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -50,6 +50,10 @@ pub enum Command {
         /// Off-CPU intervals at least this long get their own record.
         #[arg(long, default_value = "50us", value_parser = humantime::parse_duration)]
         min_offcpu: Duration,
+        /// On-CPU samples per second and CPU (they split on-CPU time between
+        /// user code and fault handling).
+        #[arg(long, default_value_t = 997, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        sample_hz: u32,
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
@@ -321,6 +325,10 @@ pub struct RunArgs {
     /// Off-CPU intervals at least this long get their own record.
     #[arg(long, default_value = "50us", value_parser = humantime::parse_duration)]
     pub min_offcpu: Duration,
+    /// On-CPU samples per second and CPU (they split on-CPU time between
+    /// user code and fault handling).
+    #[arg(long, default_value_t = 997, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub sample_hz: u32,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,

@@ -33,6 +33,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             follow_children,
             bucket,
             min_offcpu,
+            sample_hz,
             quiet,
             ring_bytes,
             passive,
@@ -47,6 +48,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     min_offcpu_record: min_offcpu,
                     ring_bytes,
                     passive: passive.source()?,
+                    sample_hz,
                     ..ProbeConfig::default()
                 },
                 progress: !quiet && std::io::stderr().is_terminal(),
@@ -296,6 +298,7 @@ fn run_cmd(args: &RunArgs) -> Result<()> {
             follow_children: args.follow_children,
             min_offcpu_record: args.min_offcpu,
             passive: args.passive.source()?,
+            sample_hz: args.sample_hz,
             ..ProbeConfig::default()
         },
         analysis: analysis_options(&args.outputs),

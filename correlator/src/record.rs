@@ -145,6 +145,7 @@ pub async fn capture(
         bar.finish_and_clear();
     }
     let stats_enabled = probes.stats_enabled();
+    let steal_measured = probes.steal_measured();
     let (programs, kernel) = probes.finish(&mut timeline, |r| {
         if let Some(p) = &mut passive {
             p.push(r);
@@ -169,6 +170,11 @@ pub async fn capture(
     }
     if !stats_enabled {
         notes.push("BPF run-time statistics were unavailable: program costs unknown".into());
+    }
+    if !steal_measured {
+        notes.push(
+            "this kernel has no run-queue steal clock the probes can read (needs paravirt steal accounting and group scheduling): hypervisor steal was not measured and shows as on-CPU time".into(),
+        );
     }
     if let Some(s) = &server_latency {
         notes.extend(s.warnings.iter().map(|w| format!("passive latency: {w}")));

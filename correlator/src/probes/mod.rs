@@ -176,6 +176,8 @@ pub struct Probes {
     /// Keeps BPF run-time statistics on while the probes run.
     _stats: Option<OwnedFd>,
     stats_enabled: bool,
+    /// Whether this kernel lets the programs read the run queue's steal clock.
+    steal_measured: bool,
 }
 
 fn take_map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
@@ -296,12 +298,18 @@ impl Probes {
             next_epoch,
             _stats: stats,
             stats_enabled,
+            steal_measured: config.task_cfs_rq_offset != 0,
         })
     }
 
     /// Actual bucket width: the asked width rounded down to a power of two ns.
     pub fn bucket_ns(&self) -> u64 {
         self.bucket_ns
+    }
+
+    /// Whether hypervisor steal is measured per thread (see `Config`).
+    pub fn steal_measured(&self) -> bool {
+        self.steal_measured
     }
 
     /// Whether BPF run-time statistics were on (program costs are known).

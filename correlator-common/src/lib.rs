@@ -220,10 +220,14 @@ pub struct SyscallTotal {
     pub total_ns: u64,
     /// Time off the CPU inside the calls (blocked or waiting for a CPU).
     pub offcpu_ns: u64,
+    /// Hard-IRQ and softirq time on the CPU inside the calls (not the
+    /// call's own work; counted as IRQ time).
+    pub irq_ns: u64,
 }
 
-/// A syscall of a target thread that took at least the off-CPU record
-/// minimum (enter to exit); shorter ones are only summed.
+/// A syscall of a target thread whose own work on the CPU took at least
+/// the off-CPU record minimum; shorter ones are only summed. (Its time off
+/// the CPU is in the off-CPU records already.)
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SyscallRecord {
@@ -233,8 +237,10 @@ pub struct SyscallRecord {
     pub _pad: u32,
     pub start_ns: u64,
     pub end_ns: u64,
-    /// Time off the CPU inside the call; the rest ran in the kernel.
+    /// Time off the CPU inside the call, and IRQ time inside it; the rest
+    /// is the call's own work in the kernel.
     pub offcpu_ns: u64,
+    pub irq_ns: u64,
 }
 
 /// Slots of a thread's per-bucket account ([`ThreadBucket::ns`]): where one
@@ -426,8 +432,9 @@ pub struct ThreadState {
     pub syscall: u32,
     pub _pad2: u32,
     pub sys_enter_ts: u64,
-    /// Time off the CPU since `sys_enter_ts`.
+    /// Time off the CPU, and in IRQs on it, since `sys_enter_ts`.
     pub sys_offcpu_ns: u64,
+    pub sys_irq_ns: u64,
     /// On the CPU since this time (switch-in, or the last sample).
     pub run_ts: u64,
     /// Run queue the thread runs on (kernel address) and its cumulative

@@ -930,12 +930,17 @@ fn hardirq_exit(kind: IrqKind) {
     thread_acct(state.target_tid, ts, Account::HardIrq, duration);
 }
 
-/// Adds to the account of target thread `tid`, if it is one.
+/// Adds to the account of target thread `tid`, if it is one. IRQ time
+/// while the thread runs inside a syscall is not the syscall's own work.
 #[inline(always)]
 fn thread_acct(tid: u32, ts: u64, slot: Account, value: u64) {
     if let Some(st) = thread(tid) {
         // SAFETY: map value; see the module docs for concurrency.
-        acct_add(unsafe { &mut *st }, ts, slot, value);
+        let st = unsafe { &mut *st };
+        if st.syscall != 0 && matches!(slot, Account::HardIrq | Account::SoftIrq) {
+            st.sys_irq_ns += value;
+        }
+        acct_add(st, ts, slot, value);
     }
 }
 
@@ -1058,6 +1063,7 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
         (*st).syscall = (nr as u32).wrapping_add(1);
         (*st).sys_enter_ts = now();
         (*st).sys_offcpu_ns = 0;
+        (*st).sys_irq_ns = 0;
     }
     0
 }
@@ -1075,7 +1081,8 @@ fn syscall_done(st: &mut ThreadState) {
     let ts = now();
     let total = ts.saturating_sub(st.sys_enter_ts);
     let off = st.sys_offcpu_ns.min(total);
-    let on = total - off;
+    let irq = st.sys_irq_ns.min(total - off);
+    let on = total - off - irq;
     let index = (syscall - 1) & (SYSCALL_SLOTS - 1);
     if let Some(t) = SYSCALL_TOTALS.get_ptr_mut(index) {
         // SAFETY: per-CPU map value.
@@ -1083,9 +1090,13 @@ fn syscall_done(st: &mut ThreadState) {
             (*t).calls += 1;
             (*t).total_ns += total;
             (*t).offcpu_ns += off;
+            (*t).irq_ns += irq;
         }
     }
-    if total >= config!(min_offcpu_record_ns) {
+    // Only the call's own work needs a timestamped record: its time off
+    // the CPU is in the off-CPU records already (a blocking epoll_wait is
+    // long, but not kernel work).
+    if on >= config!(min_offcpu_record_ns) {
         match SYSCALL_RECORDS.reserve::<SyscallRecord>(0) {
             Some(mut entry) => {
                 entry.write(SyscallRecord {
@@ -1096,6 +1107,7 @@ fn syscall_done(st: &mut ThreadState) {
                     start_ns: st.sys_enter_ts,
                     end_ns: ts,
                     offcpu_ns: off,
+                    irq_ns: irq,
                 });
                 entry.submit(BPF_RB_NO_WAKEUP as u64);
             }

@@ -272,19 +272,22 @@ fn evidence(
     let n = episodes.len();
     let time = ms(share * total);
     let base = format!("{} of episode time ({time} in {n} episodes)", pct(share));
+    // The serving thread it happened to, most of that time.
+    let thread = dominant(episodes, |a| a.thread.as_ref(), |a| kind.time(a))
+        .unwrap_or_else(|| "a serving thread".into());
     match kind {
         CauseKind::Preemption => {
             let who = dominant(episodes, |a| a.preempted_by.as_ref(), |a| a.runnable_ns);
             let text = match &who {
-                Some(w) => format!("a serving thread waited for its CPU while {w} ran: {base}"),
-                None => format!("a serving thread waited for a CPU: {base}"),
+                Some(w) => format!("{thread} waited for its CPU while {w} ran: {base}"),
+                None => format!("{thread} waited for a CPU: {base}"),
             };
             (text, who)
         }
         CauseKind::Blocking => {
             let site = dominant(episodes, |a| a.wait_site.as_ref(), |a| a.blocked_ns());
             let text = format!(
-                "a serving thread was blocked{}: {base}",
+                "{thread} was blocked{}: {base}",
                 site.as_ref().map_or(String::new(), |s| format!(" in {s}"))
             );
             (text, site)
@@ -292,7 +295,7 @@ fn evidence(
         CauseKind::Syscall => {
             let call = dominant(episodes, |a| a.top_syscall.as_ref(), |a| a.top_syscall_ns);
             let text = format!(
-                "{}: on the CPU in the kernel, {base}",
+                "{}: on the CPU in the kernel for {thread}, {base}",
                 call.as_deref().unwrap_or("syscalls")
             );
             (text, call)
@@ -331,14 +334,12 @@ fn evidence(
         ),
         CauseKind::OnCpu => (
             format!(
-                "the serving thread ran its own code: {base}: application work, GC, or something the probes cannot see"
+                "{thread} ran its own code: {base}: application work, GC, or something the probes cannot see"
             ),
             None,
         ),
         CauseKind::Queueing => (
-            format!(
-                "spikes grow with the offered rate and the serving thread was busy running: {base}"
-            ),
+            format!("spikes grow with the offered rate and {thread} was busy running: {base}"),
             None,
         ),
         CauseKind::Steal => (

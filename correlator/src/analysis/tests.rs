@@ -592,6 +592,7 @@ fn kernel_time_in_one_syscall_names_it() {
             start_ns: at,
             end_ns: at + 19 * MS,
             offcpu_ns: 0,
+            irq_ns: 0,
         });
     }
     s.ordinary_sleeps(SERVER);

@@ -467,6 +467,7 @@ impl Probes {
                 t.calls += c.calls;
                 t.total_ns += c.total_ns;
                 t.offcpu_ns += c.offcpu_ns;
+                t.irq_ns += c.irq_ns;
             }
             if t.calls > 0 {
                 totals.syscalls.push((nr, t));

@@ -102,13 +102,18 @@ pub struct SyscallSpan {
     pub nr: u32,
     pub start_ns: u64,
     pub end_ns: u64,
-    /// Off the CPU inside the call; the rest ran in the kernel.
+    /// Off the CPU inside the call, and in IRQs on it; the rest is the
+    /// call's own work in the kernel.
     pub offcpu_ns: u64,
+    #[serde(default)]
+    pub irq_ns: u64,
 }
 
 impl SyscallSpan {
     pub fn on_cpu_ns(&self) -> u64 {
-        (self.end_ns.saturating_sub(self.start_ns)).saturating_sub(self.offcpu_ns)
+        (self.end_ns.saturating_sub(self.start_ns))
+            .saturating_sub(self.offcpu_ns)
+            .saturating_sub(self.irq_ns)
     }
 }
 
@@ -120,6 +125,7 @@ impl From<&SyscallRecord> for SyscallSpan {
             start_ns: r.start_ns,
             end_ns: r.end_ns,
             offcpu_ns: r.offcpu_ns,
+            irq_ns: r.irq_ns,
         }
     }
 }

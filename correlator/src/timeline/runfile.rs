@@ -98,7 +98,10 @@ pub struct SyscallTotals {
     pub total_ns: u64,
     /// Off the CPU inside the calls (blocked or waiting for a CPU).
     pub offcpu_ns: u64,
-    /// In the kernel on a CPU: `total_ns - offcpu_ns`.
+    /// In hard IRQs and softirqs on the CPU inside the calls.
+    #[serde(default)]
+    pub irq_ns: u64,
+    /// The calls' own work in the kernel: `total_ns - offcpu_ns - irq_ns`.
     pub on_cpu_ns: u64,
 }
 
@@ -317,7 +320,8 @@ impl RunFile {
                         calls: t.calls,
                         total_ns: t.total_ns,
                         offcpu_ns: t.offcpu_ns,
-                        on_cpu_ns: t.total_ns.saturating_sub(t.offcpu_ns),
+                        irq_ns: t.irq_ns,
+                        on_cpu_ns: t.total_ns.saturating_sub(t.offcpu_ns + t.irq_ns),
                     },
                 )
             })

@@ -1,0 +1,134 @@
+//! Each target thread's account of the current time bucket (see
+//! `correlator_common::Account`), emitted when the thread moves on to a
+//! later bucket, and the run queue's steal clock it books from.
+
+use aya_ebpf::{bindings::BPF_RB_NO_WAKEUP, helpers::bpf_probe_read_kernel};
+use correlator_common::{Account, NUM_ACCOUNT, ThreadBucket, ThreadState, Total};
+
+use crate::{helpers::total_add, maps::ACCOUNTS, threads::thread};
+
+/// The run queue of `task` (through `se.cfs_rq->rq`), 0 when steal is not
+/// measured here.
+#[inline(always)]
+pub(crate) fn task_rq(task: *const u8) -> u64 {
+    let cfs_rq_offset = config!(task_cfs_rq_offset);
+    if cfs_rq_offset == 0 {
+        return 0;
+    }
+    // SAFETY: the helper checks the addresses; a failed read is 0.
+    unsafe {
+        let cfs_rq: u64 =
+            bpf_probe_read_kernel(task.add(cfs_rq_offset as usize).cast::<u64>()).unwrap_or(0);
+        if cfs_rq == 0 {
+            return 0;
+        }
+        bpf_probe_read_kernel(
+            (cfs_rq as *const u8)
+                .add(config!(cfs_rq_rq_offset) as usize)
+                .cast::<u64>(),
+        )
+        .unwrap_or(0)
+    }
+}
+
+/// The run queue's cumulative steal time, ns (`rq->prev_steal_time_rq`,
+/// updated with the run queue's clock: at every schedule and tick).
+#[inline(always)]
+pub(crate) fn rq_steal(rq: u64) -> u64 {
+    // SAFETY: the helper checks the address; a failed read is 0.
+    unsafe {
+        bpf_probe_read_kernel(
+            (rq as *const u8)
+                .add(config!(rq_steal_offset) as usize)
+                .cast::<u64>(),
+        )
+        .unwrap_or(0)
+    }
+}
+
+/// Emits the thread's account of its current bucket, if any, and starts
+/// the bucket of `ts`.
+#[inline(always)]
+pub(crate) fn acct_roll(st: &mut ThreadState, ts: u64) {
+    let epoch = ts >> (config!(bucket_shift) & 63);
+    if st.acct_epoch == epoch {
+        return;
+    }
+    let acct = (&raw mut st.acct).cast::<u64>();
+    let mut any = st.top_syscall_ns;
+    for i in 0..NUM_ACCOUNT {
+        // SAFETY: in bounds of the array.
+        any |= unsafe { core::ptr::read_volatile(acct.add(i)) };
+    }
+    if any != 0 {
+        match ACCOUNTS.reserve::<ThreadBucket>(0) {
+            Some(mut entry) => {
+                // Field by field into the ring: the struct does not fit the stack.
+                let out = entry.as_mut_ptr();
+                // SAFETY: the reserved entry is a whole ThreadBucket.
+                unsafe {
+                    (*out).tid = st.tid;
+                    (*out).tgid = st.tgid;
+                    (*out).epoch = st.acct_epoch;
+                    (*out).top_syscall = st.top_syscall;
+                    (*out)._pad = 0;
+                    (*out).top_syscall_ns = st.top_syscall_ns;
+                    let ns = (&raw mut (*out).ns).cast::<u64>();
+                    for i in 0..NUM_ACCOUNT {
+                        core::ptr::write_volatile(ns.add(i), core::ptr::read_volatile(acct.add(i)));
+                    }
+                }
+                entry.submit(BPF_RB_NO_WAKEUP as u64);
+            }
+            None => total_add(Total::AccountsLost),
+        }
+        for i in 0..NUM_ACCOUNT {
+            // SAFETY: in bounds; volatile so it is not a byte-wise memset.
+            unsafe { core::ptr::write_volatile(acct.add(i), 0) };
+        }
+    }
+    st.top_syscall = 0;
+    st.top_syscall_ns = 0;
+    st.acct_epoch = epoch;
+}
+
+/// Adds `value` to slot `slot` of the thread's account for the bucket of `ts`.
+#[inline(always)]
+pub(crate) fn acct_add(st: &mut ThreadState, ts: u64, slot: Account, value: u64) {
+    acct_add_at(st, ts, slot as u32, value);
+}
+
+#[inline(always)]
+pub(crate) fn acct_add_at(st: &mut ThreadState, ts: u64, slot: u32, value: u64) {
+    if value == 0 {
+        return;
+    }
+    acct_roll(st, ts);
+    if let Some(v) = st.acct.get_mut(slot as usize) {
+        *v += value;
+    }
+}
+
+/// Books the thread's time on the CPU since `run_ts` up to `ts`.
+#[inline(always)]
+pub(crate) fn ran_until(st: &mut ThreadState, ts: u64) {
+    if st.run_ts != 0 && ts > st.run_ts {
+        let ran = ts - st.run_ts;
+        acct_add(st, ts, Account::OnCpu, ran);
+    }
+    st.run_ts = ts;
+}
+
+/// Adds to the account of target thread `tid`, if it is one. IRQ time
+/// while the thread runs inside a syscall is not the syscall's own work.
+#[inline(always)]
+pub(crate) fn thread_acct(tid: u32, ts: u64, slot: Account, value: u64) {
+    if let Some(st) = thread(tid) {
+        // SAFETY: map value; see the module docs for concurrency.
+        let st = unsafe { &mut *st };
+        if st.syscall != 0 && matches!(slot, Account::HardIrq | Account::SoftIrq) {
+            st.sys_irq_ns += value;
+        }
+        acct_add(st, ts, slot, value);
+    }
+}

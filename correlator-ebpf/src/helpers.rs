@@ -1,0 +1,127 @@
+//! Small helpers every program uses: the clock, the CPU, task fields read
+//! through BTF pointers, and where a program run counts (its bucket and
+//! the CPU's totals).
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    programs::BtfTracePointContext,
+};
+use correlator_common::{BUCKET_SLOTS, Bucket, Counter, CpuState, NUM_COUNTERS, Total};
+
+use crate::maps::{BUCKETS, CHILD_TGIDS, CPUS};
+
+#[inline(always)]
+pub(crate) fn now() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+pub(crate) fn cpu_id() -> u32 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_get_smp_processor_id() }
+}
+
+#[inline(always)]
+pub(crate) fn current_tgid() -> u32 {
+    (bpf_get_current_pid_tgid() >> 32) as u32
+}
+
+#[inline(always)]
+pub(crate) fn is_target_tgid(tgid: u32) -> bool {
+    tgid == config!(target_tgid)
+        || (config!(follow_children) != 0 && CHILD_TGIDS.get_ptr(&tgid).is_some())
+}
+
+/// Argument `n` of a BTF tracepoint.
+#[inline(always)]
+pub(crate) fn arg<T: aya_ebpf::Argument>(ctx: &BtfTracePointContext, n: usize) -> T {
+    ctx.arg(n)
+}
+
+/// `task->pid`, a direct load through the BTF-typed task pointer (the
+/// offset is a frozen load-time constant, so the verifier checks it against
+/// the kernel's struct layout).
+#[inline(always)]
+pub(crate) fn task_pid(task: *const u8) -> u32 {
+    let offset = config!(task_pid_offset) as usize;
+    // SAFETY: `task` is a task_struct pointer from the tracepoint's
+    // arguments; the verifier checks the access.
+    unsafe { *task.add(offset).cast::<u32>() }
+}
+
+/// `task->tgid`, a direct load like `task_pid`.
+#[inline(always)]
+pub(crate) fn task_tgid(task: *const u8) -> u32 {
+    let offset = config!(task_tgid_offset) as usize;
+    // SAFETY: as for `task_pid`.
+    unsafe { *task.add(offset).cast::<u32>() }
+}
+
+/// `task->thread_info.cpu`, a direct load like `task_pid`.
+#[inline(always)]
+pub(crate) fn task_cpu(task: *const u8) -> u32 {
+    let offset = config!(task_cpu_offset) as usize;
+    // SAFETY: as for `task_pid`.
+    unsafe { *task.add(offset).cast::<u32>() }
+}
+
+// ------------------------------------------------------------------ counts
+
+/// Where one program run counts: the bucket of its timestamp and the CPU's
+/// state (totals), each looked up once.
+pub(crate) struct Sink {
+    pub(crate) bucket: *mut Bucket,
+    pub(crate) cpu: *mut CpuState,
+}
+
+impl Sink {
+    #[inline(always)]
+    pub(crate) fn at(ts: u64, cpu: *mut CpuState) -> Option<Self> {
+        let epoch = ts >> (config!(bucket_shift) & 63);
+        let bucket = BUCKETS.get_ptr_mut((epoch & (BUCKET_SLOTS as u64 - 1)) as u32)?;
+        // SAFETY: per-CPU map value; see the module docs for concurrency.
+        unsafe {
+            if (*bucket).epoch != epoch {
+                // Volatile stores: a plain `= [0; N]` becomes a byte-wise memset loop.
+                let counts = (&raw mut (*bucket).counts).cast::<u64>();
+                for i in 0..NUM_COUNTERS {
+                    core::ptr::write_volatile(counts.add(i), 0);
+                }
+                (*bucket).epoch = epoch;
+            }
+        }
+        Some(Self { bucket, cpu })
+    }
+
+    #[inline(always)]
+    pub(crate) fn add(&self, counter: Counter, value: u64) {
+        // SAFETY: pointers from map lookups in `at`.
+        unsafe {
+            (*self.bucket).counts[counter as usize] += value;
+            (*self.cpu).totals[counter as usize] += value;
+        }
+    }
+}
+
+#[inline(always)]
+pub(crate) fn cpu_state() -> Option<*mut CpuState> {
+    CPUS.get_ptr_mut(0)
+}
+
+/// Counts one event of `counter` now.
+#[inline(always)]
+pub(crate) fn count_one(counter: Counter) {
+    let Some(cpu) = cpu_state() else { return };
+    if let Some(sink) = Sink::at(now(), cpu) {
+        sink.add(counter, 1);
+    }
+}
+
+#[inline(always)]
+pub(crate) fn total_add(t: Total) {
+    if let Some(cpu) = cpu_state() {
+        // SAFETY: per-CPU value.
+        unsafe { (*cpu).totals[t as usize] += 1 };
+    }
+}

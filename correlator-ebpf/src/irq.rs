@@ -1,0 +1,205 @@
+//! Hard IRQs (device, local timer, IPIs) and softirqs: counted, and timed
+//! when they take a CPU from a target thread running there or waiting for it.
+
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use correlator_common::{
+    Account, Counter, CpuState, IrqKind, NUM_TOTALS, OffCpuKind, TOTAL_IRQ_KIND_BASE,
+};
+
+use crate::{
+    account::thread_acct,
+    helpers::{Sink, arg, cpu_id, cpu_state, now},
+    threads::thread,
+};
+
+/// Bits of `CpuState::irq_while_waiting`.
+pub(crate) const HARDIRQ_WAITING: u64 = 1;
+pub(crate) const SOFTIRQ_WAITING: u64 = 2;
+
+/// Whether `cpu`'s waiting target thread really still waits for this CPU
+/// (`waiting_tid` is only cleared at the CPU's next context switch).
+#[inline(always)]
+pub(crate) fn still_waiting(state: &CpuState) -> bool {
+    let Some(w) = thread(state.waiting_tid) else {
+        return false;
+    };
+    // SAFETY: map value.
+    unsafe {
+        ((*w).off_kind == OffCpuKind::Preempted as u32
+            || ((*w).off_kind == OffCpuKind::Blocked as u32 && (*w).wakeup_ts != 0))
+            && (*w).wait_cpu == cpu_id()
+    }
+}
+
+/// Starts timing an IRQ if it steals time from a target thread: one running
+/// on this CPU, or one waiting runnable for it. Returns the start (0: not
+/// timed) and whether it is the waiting case.
+#[inline(always)]
+pub(crate) fn irq_start(state: &CpuState) -> (u64, bool) {
+    if state.target_tid != 0 {
+        (now(), false)
+    } else if state.waiting_tid != 0 {
+        (now(), true)
+    } else {
+        (0, false)
+    }
+}
+
+/// A softirq that was not timed at entry but ends with a target thread
+/// waiting runnable for this CPU woke that thread itself: the thread has waited
+/// since its wakeup (`last_switch_ts`, set by sched_wakeup). Returns that
+/// wait, 0 if none.
+#[inline(always)]
+pub(crate) fn woken_during(state: &CpuState, ts: u64) -> u64 {
+    if state.waiting_tid == 0 || !still_waiting(state) {
+        return 0;
+    }
+    ts.saturating_sub(state.last_switch_ts)
+}
+
+#[inline(always)]
+pub(crate) fn hardirq_entry() {
+    if let Some(cpu) = cpu_state() {
+        // SAFETY: per-CPU value; hard IRQs do not nest.
+        let state = unsafe { &mut *cpu };
+        let (start, waiting) = irq_start(state);
+        state.hardirq_start = start;
+        if waiting {
+            state.irq_while_waiting |= HARDIRQ_WAITING;
+        } else {
+            state.irq_while_waiting &= !HARDIRQ_WAITING;
+        }
+    }
+}
+
+#[inline(always)]
+pub(crate) fn hardirq_exit(kind: IrqKind) {
+    let Some(cpu) = cpu_state() else { return };
+    // SAFETY: per-CPU value; hard IRQs do not nest.
+    let state = unsafe { &mut *cpu };
+    let start = state.hardirq_start;
+    // Unlike softirqs, a hard IRQ that wakes a target thread is not timed
+    // from the wakeup: what is left of it is microseconds, and remote
+    // wakeups (an IPI each) would pay a clock read for nothing.
+    if start == 0 {
+        return;
+    }
+    state.hardirq_start = 0;
+    let ts = now();
+    let duration = ts.saturating_sub(start);
+    if state.softirq_start != 0 {
+        state.softirq_nested_ns += duration;
+    }
+    let Some(sink) = Sink::at(ts, cpu) else {
+        return;
+    };
+    if state.irq_while_waiting & HARDIRQ_WAITING != 0 {
+        sink.add(Counter::HardIrqWaitNs, duration);
+        thread_acct(state.waiting_tid, ts, Account::HardIrqWait, duration);
+        return;
+    }
+    state.totals[(TOTAL_IRQ_KIND_BASE + kind as u32) as usize] += 1;
+    sink.add(Counter::HardIrqs, 1);
+    sink.add(Counter::HardIrqNs, duration);
+    thread_acct(state.target_tid, ts, Account::HardIrq, duration);
+}
+
+macro_rules! hardirq_programs {
+    ($($entry:ident, $entry_tp:literal, $exit:ident, $exit_tp:literal, $kind:expr;)*) => {$(
+        #[btf_tracepoint(function = $entry_tp)]
+        pub fn $entry(_ctx: BtfTracePointContext) -> i32 {
+            if config!(floor_only) != 0 {
+                return 0;
+            }
+            hardirq_entry();
+            0
+        }
+        #[btf_tracepoint(function = $exit_tp)]
+        pub fn $exit(_ctx: BtfTracePointContext) -> i32 {
+            if config!(floor_only) != 0 {
+                return 0;
+            }
+            hardirq_exit($kind);
+            0
+        }
+    )*};
+}
+
+hardirq_programs! {
+    irq_handler_entry, "irq_handler_entry", irq_handler_exit, "irq_handler_exit", IrqKind::Device;
+    local_timer_entry, "local_timer_entry", local_timer_exit, "local_timer_exit", IrqKind::LocalTimer;
+    reschedule_entry, "reschedule_entry", reschedule_exit, "reschedule_exit", IrqKind::Reschedule;
+    call_function_entry, "call_function_entry", call_function_exit, "call_function_exit", IrqKind::CallFunction;
+    call_function_single_entry, "call_function_single_entry", call_function_single_exit, "call_function_single_exit", IrqKind::CallFunctionSingle;
+    irq_work_entry, "irq_work_entry", irq_work_exit, "irq_work_exit", IrqKind::IrqWork;
+}
+
+// ---------------------------------------------------------------- softirqs
+
+#[btf_tracepoint(function = "softirq_entry")]
+pub fn softirq_entry(_ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    if let Some(cpu) = cpu_state() {
+        // SAFETY: per-CPU value; softirqs do not nest on a CPU.
+        let state = unsafe { &mut *cpu };
+        let (start, waiting) = irq_start(state);
+        state.softirq_start = start;
+        state.softirq_nested_ns = 0;
+        if waiting {
+            state.irq_while_waiting |= SOFTIRQ_WAITING;
+        } else {
+            state.irq_while_waiting &= !SOFTIRQ_WAITING;
+        }
+    }
+    0
+}
+
+/// softirq_exit(unsigned int vec_nr)
+#[btf_tracepoint(function = "softirq_exit")]
+pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let Some(cpu) = cpu_state() else { return 0 };
+    // SAFETY: per-CPU value; softirqs do not nest on a CPU.
+    let state = unsafe { &mut *cpu };
+    let start = state.softirq_start;
+    if start == 0 {
+        // A softirq that woke a target thread (a packet for it, among a
+        // burst of others) keeps it waiting until the softirq ends.
+        if state.waiting_tid != 0 {
+            let ts = now();
+            let woken = woken_during(state, ts);
+            if woken > 0
+                && let Some(sink) = Sink::at(ts, cpu)
+            {
+                sink.add(Counter::SoftIrqWaitNs, woken);
+                thread_acct(state.waiting_tid, ts, Account::SoftIrqWait, woken);
+            }
+        }
+        return 0;
+    }
+    state.softirq_start = 0;
+    let ts = now();
+    let duration = ts
+        .saturating_sub(start)
+        .saturating_sub(state.softirq_nested_ns);
+    let Some(sink) = Sink::at(ts, cpu) else {
+        return 0;
+    };
+    if state.irq_while_waiting & SOFTIRQ_WAITING != 0 {
+        sink.add(Counter::SoftIrqWaitNs, duration);
+        thread_acct(state.waiting_tid, ts, Account::SoftIrqWait, duration);
+        return 0;
+    }
+    let vec: u32 = arg(&ctx, 0);
+    state.softirqs[(vec & 15) as usize] += 1;
+    sink.add(Counter::SoftIrqs, 1);
+    sink.add(Counter::SoftIrqNs, duration);
+    thread_acct(state.target_tid, ts, Account::SoftIrq, duration);
+    0
+}
+
+const _: () = assert!(NUM_TOTALS > TOTAL_IRQ_KIND_BASE);

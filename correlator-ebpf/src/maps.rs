@@ -1,0 +1,92 @@
+//! Every map and the load-time configuration, in one place: userspace
+//! finds them by name (`probes/mod.rs`).
+
+use aya_ebpf::{
+    Global,
+    macros::map,
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use correlator_common::{
+    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, SYSCALL_SLOTS, SyscallTotal,
+    THREAD_SLOTS, ThreadState,
+};
+
+#[unsafe(no_mangle)]
+pub(crate) static CONFIG: Global<Config> = Global::new(Config {
+    target_tgid: 0,
+    follow_children: 0,
+    bucket_shift: 19,
+    min_offcpu_record_ns: 50_000,
+    task_pid_offset: 0,
+    task_tgid_offset: 0,
+    task_cpu_offset: 0,
+    regs_arg0_offset: 112,
+    regs_nr_offset: 120,
+    uprobe_every: 1,
+    floor_only: 0,
+    passive_syscalls: 0,
+    task_cfs_rq_offset: 0,
+    cfs_rq_rq_offset: 0,
+    rq_steal_offset: 0,
+});
+
+/// Ring of time buckets, per CPU.
+#[map]
+pub(crate) static BUCKETS: PerCpuArray<Bucket> = PerCpuArray::with_max_entries(BUCKET_SLOTS, 0);
+
+/// Per-CPU IRQ attribution state and totals.
+#[map]
+pub(crate) static CPUS: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Direct-mapped table of target threads (see `THREAD_SLOTS`).
+#[map]
+pub(crate) static THREADS: Array<ThreadState> = Array::with_max_entries(THREAD_SLOTS, 0);
+
+/// Target threads whose slot in THREADS was taken by another target thread.
+#[map]
+pub(crate) static SPILL: HashMap<u32, ThreadState> = HashMap::with_max_entries(4096, 0);
+
+/// Processes forked by the target (only with follow_children), by tgid.
+#[map]
+pub(crate) static CHILD_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(4096, 0);
+
+/// Off-CPU interval records.
+#[map]
+pub(crate) static RECORDS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+
+/// Passive request records (`--syscalls`, `--uprobe`).
+#[map]
+pub(crate) static REQUESTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+
+/// `--syscalls` pairing state by (tgid << 32 | fd). LRU: connections that
+/// close are forgotten without a close probe.
+#[map]
+pub(crate) static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(16384, 0);
+
+/// [`WaitSite`] of a blocked wait inside each syscall (index = number),
+/// written by userspace before attaching (the table lives in one place,
+/// `timeline::syscalls`); `SITE_BY_STATE` for read-like calls.
+#[map]
+pub(crate) static SYSCALL_SITES: Array<u32> = Array::with_max_entries(SYSCALL_SLOTS, 0);
+
+/// Per-syscall totals of the target's threads.
+#[map]
+pub(crate) static SYSCALL_TOTALS: PerCpuArray<SyscallTotal> =
+    PerCpuArray::with_max_entries(SYSCALL_SLOTS, 0);
+
+/// Per-thread bucket accounts ([`ThreadBucket`]).
+#[map]
+pub(crate) static ACCOUNTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+
+/// Syscalls at least `min_offcpu_record_ns` long ([`SyscallRecord`]).
+#[map]
+pub(crate) static SYSCALL_RECORDS: RingBuf = RingBuf::with_byte_size(2 << 20, 0);
+
+/// `--uprobe` state of threads inside a sampled call, by tid.
+#[map]
+pub(crate) static CALLS: LruHashMap<u32, CallState> = LruHashMap::with_max_entries(16384, 0);
+
+/// Per-CPU scratch space for a fresh thread state (too large for the
+/// 512-byte BPF stack).
+#[map]
+pub(crate) static SCRATCH: PerCpuArray<ThreadState> = PerCpuArray::with_max_entries(1, 0);

@@ -1,0 +1,187 @@
+//! Passive request latency: socket reads paired with the writes that
+//! answer them (`--syscalls`, from `sys_exit`), and timed calls of one
+//! function (`--uprobe`).
+
+use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP,
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::{uprobe, uretprobe},
+    programs::{BtfTracePointContext, ProbeContext, RetProbeContext},
+};
+use correlator_common::{CallState, ConnState, RequestRecord, Total, UPROBE_FD};
+
+use crate::{
+    helpers::{arg, is_target_tgid, now, total_add},
+    maps::{CALLS, CONNS, REQUESTS},
+};
+
+/// x86-64 syscall numbers of the calls that move a request's bytes.
+pub(crate) const SYS_READ: u64 = 0;
+pub(crate) const SYS_WRITE: u64 = 1;
+pub(crate) const SYS_READV: u64 = 19;
+pub(crate) const SYS_WRITEV: u64 = 20;
+pub(crate) const SYS_SENDTO: u64 = 44;
+pub(crate) const SYS_RECVFROM: u64 = 45;
+pub(crate) const SYS_SENDMSG: u64 = 46;
+pub(crate) const SYS_RECVMSG: u64 = 47;
+
+#[inline(always)]
+pub(crate) fn emit_request(rec: RequestRecord) {
+    match REQUESTS.reserve::<RequestRecord>(0) {
+        Some(mut entry) => {
+            entry.write(rec);
+            entry.submit(BPF_RB_NO_WAKEUP as u64);
+        }
+        None => total_add(Total::RequestsLost),
+    }
+}
+
+/// `--syscalls`: pairs socket reads and writes into requests.
+#[inline(always)]
+pub(crate) fn pair_request(ctx: &BtfTracePointContext, pid_tgid: u64) {
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_target_tgid(tgid) {
+        return;
+    }
+    let ret: i64 = arg(ctx, 1);
+    if ret <= 0 {
+        return;
+    }
+    let regs: *const u8 = arg(ctx, 0);
+    // SAFETY: the helper checks the address.
+    let read_reg = |offset: u64| unsafe {
+        bpf_probe_read_kernel(regs.add(offset as usize).cast::<u64>()).unwrap_or(u64::MAX)
+    };
+    let nr = read_reg(config!(regs_nr_offset));
+    let reading = match nr {
+        SYS_READ | SYS_READV | SYS_RECVFROM | SYS_RECVMSG => true,
+        SYS_WRITE | SYS_WRITEV | SYS_SENDTO | SYS_SENDMSG => false,
+        _ => return,
+    };
+    let fd = read_reg(config!(regs_arg0_offset)) as u32;
+    let key = (u64::from(tgid) << 32) | u64::from(fd);
+    let ts = now();
+    let conn = CONNS.get_ptr_mut(&key);
+    if reading {
+        match conn {
+            // SAFETY: map value.
+            Some(c) => unsafe {
+                if (*c).responded == 0 {
+                    (*c).reads += 1;
+                    (*c).bytes_in += ret as u64;
+                } else {
+                    (*c).start_ns = ts;
+                    (*c).reads = 1;
+                    (*c).responded = 0;
+                    (*c).bytes_in = ret as u64;
+                }
+            },
+            None => {
+                let fresh = ConnState {
+                    start_ns: ts,
+                    reads: 1,
+                    responded: 0,
+                    bytes_in: ret as u64,
+                };
+                let _ = CONNS.insert(&key, &fresh, 0);
+            }
+        }
+        return;
+    }
+    match conn {
+        // SAFETY: map value.
+        Some(c) if unsafe { (*c).responded } == 0 => unsafe {
+            (*c).responded = 1;
+            emit_request(RequestRecord {
+                tgid,
+                tid: pid_tgid as u32,
+                fd,
+                reads: (*c).reads,
+                bytes_in: (*c).bytes_in.min(u64::from(u32::MAX)) as u32,
+                bytes_out: ret.min(i64::from(u32::MAX)) as u32,
+                start_ns: (*c).start_ns,
+                end_ns: ts,
+            });
+        },
+        _ => total_add(Total::UnpairedWrites),
+    }
+}
+
+/// `--uprobe` entry: time one call in `uprobe_every` of each thread (its
+/// N-th, 2N-th, ... call), and count nesting inside a timed call.
+#[uprobe]
+pub fn call_entry(_ctx: ProbeContext) -> u32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target_tgid((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let tid = pid_tgid as u32;
+    total_add(Total::UprobeCalls);
+    let c = match CALLS.get_ptr_mut(&tid) {
+        Some(c) => c,
+        None => {
+            let _ = CALLS.insert(&tid, &CallState::default(), 0);
+            let Some(c) = CALLS.get_ptr_mut(&tid) else {
+                return 0;
+            };
+            c
+        }
+    };
+    let every = config!(uprobe_every).max(1);
+    // SAFETY: map value, only this thread's probes touch it.
+    unsafe {
+        if (*c).start_ns != 0 {
+            (*c).depth += 1;
+            return 0;
+        }
+        (*c).seq += 1;
+        if (*c).seq % every == 0 {
+            (*c).depth = 0;
+            (*c).start_ns = now();
+        }
+    }
+    0
+}
+
+/// `--uprobe` return: ends a timed call (not a nested one).
+#[uretprobe]
+pub fn call_return(_ctx: RetProbeContext) -> u32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_target_tgid(tgid) {
+        return 0;
+    }
+    let tid = pid_tgid as u32;
+    let Some(c) = CALLS.get_ptr_mut(&tid) else {
+        return 0;
+    };
+    // SAFETY: map value, only this thread's probes touch it.
+    unsafe {
+        let start = (*c).start_ns;
+        if start == 0 {
+            return 0;
+        }
+        if (*c).depth > 0 {
+            (*c).depth -= 1;
+            return 0;
+        }
+        (*c).start_ns = 0;
+        emit_request(RequestRecord {
+            tgid,
+            tid,
+            fd: UPROBE_FD,
+            reads: 1,
+            bytes_in: 0,
+            bytes_out: 0,
+            start_ns: start,
+            end_ns: now(),
+        });
+    }
+    0
+}

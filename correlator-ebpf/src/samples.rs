@@ -1,0 +1,63 @@
+//! On-CPU samples of target threads.
+
+use aya_ebpf::{
+    EbpfContext as _, helpers::bpf_get_current_pid_tgid, macros::perf_event,
+    programs::PerfEventContext,
+};
+use correlator_common::{Account, Total};
+
+use crate::{
+    account::{acct_add, ran_until, rq_steal},
+    helpers::{cpu_state, now, total_add},
+    threads::thread,
+};
+
+/// Software perf event CPU_CLOCK, one per CPU at `--sample-hz`: books the
+/// running target thread's CPU time and steal so far, and what the
+/// interrupted context was doing (user code, a syscall, an IRQ, or kernel
+/// work outside both: fault handling).
+#[perf_event]
+pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let Some(st) = thread(bpf_get_current_pid_tgid() as u32) else {
+        return 0;
+    };
+    // SAFETY: map value; see the module docs for concurrency.
+    let st = unsafe { &mut *st };
+    let ts = now();
+    total_add(Total::Samples);
+    ran_until(st, ts);
+    if st.rq != 0 {
+        let steal = rq_steal(st.rq);
+        acct_add(st, ts, Account::Steal, steal.saturating_sub(st.steal_mark));
+        st.steal_mark = steal;
+    }
+    // SAFETY: the context of a perf-event program is bpf_perf_event_data,
+    // whose first member is the interrupted context's registers.
+    let cs = unsafe {
+        (*ctx
+            .as_ptr()
+            .cast::<aya_ebpf::bindings::bpf_perf_event_data>())
+        .regs
+        .cs
+    };
+    let in_softirq = cpu_state().is_some_and(|c| {
+        // SAFETY: per-CPU value.
+        unsafe { (*c).softirq_start != 0 }
+    });
+    // The sample runs in the timer's hard IRQ: the interrupted context was
+    // never a hard IRQ, but may be a softirq.
+    let slot = if cs & 3 == 3 {
+        Account::SamplesUser
+    } else if in_softirq {
+        Account::SamplesIrq
+    } else if st.syscall != 0 {
+        Account::SamplesSyscall
+    } else {
+        Account::SamplesFault
+    };
+    acct_add(st, ts, slot, 1);
+    0
+}

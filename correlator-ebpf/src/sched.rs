@@ -1,0 +1,382 @@
+//! The scheduler: context switches (off-CPU intervals and their wait
+//! site, who ran instead), wakeups, migrations, thread creation and exit.
+
+use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP, macros::btf_tracepoint, programs::BtfTracePointContext,
+};
+use correlator_common::{
+    Account, Counter, CpuState, OffCpuKind, OffCpuRecord, SITE_BY_STATE, SYSCALL_SLOTS,
+    ThreadState, Total, WaitSite,
+};
+
+use crate::{
+    account::{acct_add, acct_add_at, ran_until, rq_steal, task_rq},
+    helpers::{
+        Sink, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now, task_cpu,
+        task_pid, task_tgid,
+    },
+    maps::{CHILD_TGIDS, CPUS, RECORDS, SYSCALL_SITES},
+    threads::{thread, track, untrack},
+};
+
+pub(crate) const CLONE_THREAD: u64 = 0x0001_0000;
+/// `TASK_DEAD`: the state of a task's final switch.
+pub(crate) const TASK_DEAD: u32 = 0x80;
+
+/// sched_switch(bool preempt, task *prev, task *next, unsigned int prev_state)
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let Some(cpu) = cpu_state() else { return 0 };
+    let preempt: u64 = arg(&ctx, 0);
+    let prev_task: *const u8 = arg(&ctx, 1);
+    let next_task: *const u8 = arg(&ctx, 2);
+    let prev_state: u64 = arg(&ctx, 3);
+    // Direct loads through the BTF task pointers: a helper call
+    // (bpf_get_current_pid_tgid) costs more with return thunks.
+    let prev_pid = task_pid(prev_task);
+    let tgid = task_tgid(prev_task);
+    let next_pid = task_pid(next_task);
+    let prev_is_target = prev_pid != 0 && is_target_tgid(tgid);
+    let next = thread(next_pid);
+    // SAFETY: per-CPU value; sched_switch runs with IRQs off.
+    let waiting = unsafe {
+        (*cpu).target_tid = if next.is_some() { next_pid } else { 0 };
+        (*cpu).waiting_tid
+    };
+    if !prev_is_target && next.is_none() && waiting == 0 {
+        return 0;
+    }
+    let ts = now();
+    if waiting != 0 {
+        note_runner(cpu, waiting, prev_pid, ts);
+    }
+    if !prev_is_target && next.is_none() {
+        return 0;
+    }
+    let Some(sink) = Sink::at(ts, cpu) else {
+        return 0;
+    };
+    if prev_is_target {
+        let out = SwitchOut {
+            tid: prev_pid,
+            tgid,
+            // Bool argument: only the low byte is defined.
+            preempted: preempt & 0xff != 0,
+            state: prev_state as u32,
+            next_pid,
+        };
+        switch_out(&sink, cpu, ts, &out);
+    }
+    if let Some(next) = next {
+        // SAFETY: map value; a thread's state is only written by its own
+        // switches (serialised by the scheduler) and its wakeup.
+        let st = unsafe { &mut *next };
+        switch_in(&sink, st, ts);
+        st.run_ts = ts;
+        st.rq = task_rq(next_task);
+        st.steal_mark = if st.rq != 0 { rq_steal(st.rq) } else { 0 };
+    }
+    0
+}
+
+/// A target thread waits runnable on this CPU: `prev` just ended a slice
+/// there. Remember the task that ran longest in one go, which is the one
+/// that took the CPU (the first to run after the preemption is often only a
+/// short wakeup).
+#[inline(always)]
+pub(crate) fn note_runner(cpu: *mut CpuState, waiting: u32, prev_pid: u32, ts: u64) {
+    // SAFETY: per-CPU value and map values; IRQs are off in sched_switch.
+    unsafe {
+        let Some(w) = thread(waiting) else {
+            (*cpu).waiting_tid = 0;
+            return;
+        };
+        // Runnable: preempted, or blocked and since woken. Back on a CPU, or
+        // waiting on another one now: stop watching here.
+        let runnable = (*w).off_kind == OffCpuKind::Preempted as u32
+            || ((*w).off_kind == OffCpuKind::Blocked as u32 && (*w).wakeup_ts != 0);
+        if !runnable || (*w).wait_cpu != cpu_id() {
+            (*cpu).waiting_tid = 0;
+            return;
+        }
+        let ran = ts.saturating_sub((*cpu).last_switch_ts);
+        if prev_pid != waiting && ran > (*w).next_ran_ns {
+            (*w).next_ran_ns = ran;
+            (*w).next_pid = prev_pid;
+            // The comm is a helper call (costly with this kernel's return
+            // thunks) on nearly every switch of a busy target; only a runner
+            // long enough to matter gets it here, userspace names the others
+            // from /proc by pid.
+            (*w).next_comm[0] = 0;
+            if ran >= config!(min_offcpu_record_ns) / 2 {
+                (*w).next_comm = aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0; 16]);
+            }
+        }
+        (*cpu).last_switch_ts = ts;
+    }
+}
+
+/// Task state bit of an uninterruptible sleep (`TASK_UNINTERRUPTIBLE`).
+pub(crate) const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+
+/// Where a thread going to sleep in syscall `syscall` (number + 1, 0 =
+/// none) with task state `state` waits.
+#[inline(always)]
+pub(crate) fn wait_site(syscall: u32, state: u32) -> u32 {
+    let uninterruptible = state & TASK_UNINTERRUPTIBLE != 0;
+    if syscall == 0 {
+        // Only a fault or another exception sleeps outside a syscall; an
+        // uninterruptible one is a major fault waiting for its page.
+        return if uninterruptible {
+            WaitSite::Fault as u32
+        } else {
+            WaitSite::Other as u32
+        };
+    }
+    let site = SYSCALL_SITES
+        .get((syscall - 1) & (SYSCALL_SLOTS - 1))
+        .copied()
+        .unwrap_or(WaitSite::Other as u32);
+    if site != SITE_BY_STATE {
+        site
+    } else if uninterruptible {
+        WaitSite::Io as u32
+    } else {
+        WaitSite::Idle as u32
+    }
+}
+
+/// What sched_switch tells about the thread leaving the CPU.
+pub(crate) struct SwitchOut {
+    tid: u32,
+    tgid: u32,
+    preempted: bool,
+    state: u32,
+    next_pid: u32,
+}
+
+#[inline(always)]
+pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchOut) {
+    if out.state & TASK_DEAD != 0 {
+        // The thread's final switch: not counted by the kernel's nvcsw/nivcsw
+        // either, and it never comes back.
+        untrack(out.tid);
+        return;
+    }
+    // As the kernel counts nvcsw/nivcsw: voluntary = not preempted and no
+    // longer runnable.
+    let runnable = out.preempted || out.state == 0;
+    let (counter, kind) = if runnable {
+        (Counter::SwitchesInvoluntary, OffCpuKind::Preempted)
+    } else {
+        (Counter::SwitchesVoluntary, OffCpuKind::Blocked)
+    };
+    sink.add(counter, 1);
+    let Some(state) = track(out.tid, out.tgid, cpu) else {
+        return;
+    };
+    // SAFETY: map value, written only by this thread's own switches.
+    let state = unsafe { &mut *state };
+    ran_until(state, ts);
+    if state.rq != 0 {
+        let stolen = rq_steal(state.rq).saturating_sub(state.steal_mark);
+        acct_add(state, ts, Account::Steal, stolen);
+    }
+    state.run_ts = 0;
+    state.off_site = if runnable {
+        WaitSite::Other as u32
+    } else {
+        wait_site(state.syscall, out.state)
+    };
+    state.off_kind = kind as u32;
+    state.off_ts = ts;
+    state.wakeup_ts = 0;
+    state.cpu_out = cpu_id();
+    state.next_pid = out.next_pid;
+    state.next_ran_ns = 0;
+    // Named by note_runner when that task's slice ends (or by userspace).
+    state.next_comm[0] = 0;
+    if runnable {
+        // Still runnable here: watch this CPU until the thread runs again
+        // (who runs longest, and IRQ time while it waits).
+        state.wait_cpu = cpu_id();
+        // SAFETY: per-CPU value; sched_switch runs with IRQs off.
+        unsafe {
+            (*cpu).waiting_tid = out.tid;
+            (*cpu).last_switch_ts = ts;
+        }
+    }
+}
+
+#[inline(always)]
+pub(crate) fn switch_in(sink: &Sink, st: &mut ThreadState, ts: u64) {
+    if st.off_kind == 0 || st.off_ts == 0 || ts < st.off_ts {
+        st.off_kind = 0;
+        return;
+    }
+    let total = ts - st.off_ts;
+    let (runnable, blocked) = if st.off_kind == OffCpuKind::Preempted as u32 {
+        (total, 0)
+    } else if st.wakeup_ts >= st.off_ts && st.wakeup_ts <= ts {
+        (ts - st.wakeup_ts, st.wakeup_ts - st.off_ts)
+    } else {
+        // Woken before the probes saw it: call it all blocked.
+        (0, total)
+    };
+    sink.add(Counter::RunnableNs, runnable);
+    sink.add(Counter::BlockedNs, blocked);
+    if st.syscall != 0 {
+        st.sys_offcpu_ns += total;
+    }
+    if total >= config!(min_offcpu_record_ns) {
+        emit_offcpu(sink, st, ts, runnable, blocked);
+    } else if st.off_site == WaitSite::Migration as u32 && st.off_kind == OffCpuKind::Blocked as u32
+    {
+        // Waiting for its own migration, then for the new CPU: all of it
+        // is the migration's.
+        acct_add_at(
+            st,
+            ts,
+            Account::Blocked as u32 + WaitSite::Migration as u32,
+            total,
+        );
+    } else {
+        acct_add(st, ts, Account::Runnable, runnable);
+        let site = Account::Blocked as u32 + (st.off_site & 7).min(WaitSite::Other as u32);
+        acct_add_at(st, ts, site, blocked);
+    }
+    st.off_kind = 0;
+}
+
+#[inline(always)]
+pub(crate) fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64, blocked: u64) {
+    match RECORDS.reserve::<OffCpuRecord>(0) {
+        Some(mut entry) => {
+            entry.write(OffCpuRecord {
+                tid: st.tid,
+                tgid: st.tgid,
+                kind: st.off_kind,
+                cpu_out: st.cpu_out,
+                cpu_in: cpu_id(),
+                next_pid: st.next_pid,
+                start_ns: st.off_ts,
+                end_ns: ts,
+                runnable_ns: runnable,
+                blocked_ns: blocked,
+                next_comm: st.next_comm,
+                syscall: st.syscall,
+                site: st.off_site,
+            });
+            entry.submit(BPF_RB_NO_WAKEUP as u64);
+        }
+        // SAFETY: pointer from the map lookup in `Sink::at`.
+        None => unsafe { (*sink.cpu).totals[Total::RingReserveFailed as usize] += 1 },
+    }
+}
+
+/// Marks the blocked → runnable edge of a target thread, and starts
+/// watching who runs on the CPU it was queued on until it runs.
+/// sched_wakeup(task *p)
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let task: *const u8 = arg(&ctx, 0);
+    let pid = task_pid(task);
+    let Some(st) = thread(pid) else { return 0 };
+    // SAFETY: map value.
+    unsafe {
+        if (*st).off_kind != OffCpuKind::Blocked as u32 || (*st).wakeup_ts != 0 {
+            return 0;
+        }
+        let ts = now();
+        let cpu = task_cpu(task);
+        (*st).wakeup_ts = ts;
+        (*st).wait_cpu = cpu;
+        (*st).next_pid = 0;
+        (*st).next_ran_ns = 0;
+        (*st).next_comm[0] = 0;
+        // The queue's CPU state, written from the waking CPU: a race with
+        // that CPU's sched_switch can only misattribute who ran, never a count.
+        // Woken onto this CPU (the common case when woken from an IPI): the
+        // inlined local lookup instead of a helper call.
+        let remote = if cpu == cpu_id() {
+            cpu_state().unwrap_or(core::ptr::null_mut())
+        } else {
+            let key = 0u32;
+            aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem(
+                (&raw const CPUS).cast_mut().cast(),
+                (&raw const key).cast(),
+                cpu,
+            )
+            .cast::<CpuState>()
+        };
+        if !remote.is_null() {
+            (*remote).waiting_tid = pid;
+            (*remote).last_switch_ts = ts;
+        }
+    }
+    0
+}
+
+/// Fires in the migrating context, so the filter is on the migrated task.
+/// sched_migrate_task(task *p, int dest_cpu)
+#[btf_tracepoint(function = "sched_migrate_task")]
+pub fn sched_migrate_task(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let pid = task_pid(arg(&ctx, 0));
+    if thread(pid).is_some() {
+        count_one(Counter::Migrations);
+    }
+    0
+}
+
+/// New threads (and, with follow_children, new processes) of the target.
+/// Runs in the parent's context and, unlike sched_process_fork, carries the
+/// clone flags that tell a thread from a process.
+/// task_newtask(task *task, u64 clone_flags)
+#[btf_tracepoint(function = "task_newtask")]
+pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let tgid = current_tgid();
+    if !is_target_tgid(tgid) {
+        return 0;
+    }
+    let Some(cpu) = cpu_state() else { return 0 };
+    let pid = task_pid(arg(&ctx, 0));
+    let flags: u64 = arg(&ctx, 1);
+    let owner = if flags & CLONE_THREAD != 0 {
+        tgid
+    } else if config!(follow_children) != 0 {
+        if CHILD_TGIDS.insert(&pid, &tgid, 0).is_err() {
+            // SAFETY: per-CPU map value.
+            unsafe { (*cpu).totals[Total::ThreadMapFull as usize] += 1 };
+        }
+        pid
+    } else {
+        return 0;
+    };
+    let _ = track(pid, owner, cpu);
+    0
+}
+
+/// sched_process_exit(task *p, bool group_dead)
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let pid = task_pid(arg(&ctx, 0));
+    if config!(follow_children) != 0 {
+        let _ = CHILD_TGIDS.remove(&pid);
+    }
+    0
+}

@@ -183,6 +183,13 @@ fn dominant(
         .map(|(v, _)| v.to_string())
 }
 
+/// Each account's share of its window in `kind`'s category.
+fn shares<'a>(accounts: impl Iterator<Item = &'a TimeAccount>, kind: CauseKind) -> Vec<f64> {
+    accounts
+        .map(|a| kind.time(a) as f64 / a.duration_ns.max(1) as f64)
+        .collect()
+}
+
 /// Ranks causes for the episodes; `baseline` holds the accounts of the
 /// baseline windows.
 pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature) -> Ranking {
@@ -198,11 +205,6 @@ pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature
             .sum::<f64>()
             / total
     };
-    let shares = |accounts: &mut dyn Iterator<Item = &TimeAccount>, k: CauseKind| -> Vec<f64> {
-        accounts
-            .map(|a| k.time(a) as f64 / a.duration_ns.max(1) as f64)
-            .collect()
-    };
     let alpha = stats::bonferroni(ALPHA, SERVER_CAUSES.len());
     let mut causes = Vec::new();
     let mut not_significant = Vec::new();
@@ -212,8 +214,8 @@ pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature
         if share <= 0.0 {
             continue;
         }
-        let in_episodes = shares(&mut episodes.iter().map(|e| &e.account), kind);
-        let in_baseline = shares(&mut baseline.iter(), kind);
+        let in_episodes = shares(episodes.iter().map(|e| &e.account), kind);
+        let in_baseline = shares(baseline.iter(), kind);
         let p = if in_baseline.is_empty() {
             1.0
         } else {

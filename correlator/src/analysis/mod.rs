@@ -142,7 +142,7 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
     let windows = threshold.map_or_else(Vec::new, |t| episodes::episodes(&latency.requests, t));
     let latency_report = latency_report(latency, &merged, threshold);
     let kt = KernelTimeline::new(run);
-    let threads = Threads::new(&run.offcpu, run.min_offcpu_record_ns);
+    let threads = Threads::new(&run.offcpu);
     let accounts = Accounts::new(run, &threads);
     let (start, end) = (
         latency.start_ns().max(run.started_ns),

@@ -48,7 +48,7 @@ pub struct Outcome {
     pub detected_signature: String,
     pub detected_cause: Option<CauseKind>,
     pub episodes: usize,
-    /// Mean share of episode time the kernel events explain.
+    /// Mean share of episode time measured (the account's `explained_share`).
     pub explained: f64,
     pub p99_ns: Option<u64>,
     pub correct: bool,

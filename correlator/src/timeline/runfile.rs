@@ -119,8 +119,9 @@ pub struct Environment {
     pub cpus: usize,
     pub transparent_hugepage: String,
     /// Cost of one minor page fault on this machine (touching fresh
-    /// anonymous pages, measured at record time): the analysis turns fault
-    /// counts into estimated time with it.
+    /// anonymous pages, measured at record time): a machine fact recorded
+    /// with the result; the analysis measures fault time, it does not
+    /// multiply counts by this.
     #[serde(default)]
     pub minor_fault_ns: u64,
 }

@@ -4,7 +4,10 @@
 //! probes see nothing (the thread "ran"), but the guest kernel accounts the
 //! time as steal. /proc/stat gives it per CPU in USER_HZ ticks (10 ms), so
 //! a sample says "up to this much was stolen in this interval": evidence
-//! at the drain's resolution, not an exact placement.
+//! at the drain's resolution, not an exact placement. The analysis measures
+//! steal per thread at ns resolution from the run queue's steal clock (the
+//! kernel side's account); these samples stay in the run file as the
+//! tick-based cross-check.
 
 use serde::{Deserialize, Serialize};
 
@@ -85,69 +88,10 @@ impl StealSampler {
     }
 }
 
-/// Steal that may have hit each window (time-ordered `(start, end)`): each
-/// sample's steal is handed out once, in time order, to the windows that
-/// overlap it, at most the overlap each, so stolen time is never counted in
-/// two episodes; per window, the worst CPU.
-pub fn allocate(samples: &[StealSample], windows: &[(u64, u64)]) -> Vec<u64> {
-    let mut per_cpu: std::collections::BTreeMap<u32, Vec<u64>> = Default::default();
-    for s in samples {
-        let credits = per_cpu
-            .entry(s.cpu)
-            .or_insert_with(|| vec![0; windows.len()]);
-        let mut left = s.steal_ns;
-        for (credit, &(start, end)) in credits.iter_mut().zip(windows) {
-            if left == 0 {
-                break;
-            }
-            let c = end
-                .min(s.end_ns)
-                .saturating_sub(start.max(s.start_ns))
-                .min(left);
-            *credit += c;
-            left -= c;
-        }
-    }
-    (0..windows.len())
-        .map(|i| per_cpu.values().map(|v| v[i]).max().unwrap_or(0))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn steal_is_capped_by_the_overlap_and_taken_from_the_worst_cpu() {
-        let s = |cpu, start, end, steal| StealSample {
-            cpu,
-            start_ns: start,
-            end_ns: end,
-            steal_ns: steal,
-        };
-        let samples = [s(0, 0, 100, 30), s(1, 0, 100, 5), s(1, 100, 200, 50)];
-        // Window 90..120: CPU 0 overlaps 10 (steal 30 → 10), CPU 1: 5 + 20.
-        assert_eq!(allocate(&samples, &[(90, 120), (300, 400)]), vec![25, 0]);
-    }
-
-    #[test]
-    fn stolen_time_is_counted_in_one_episode_only() {
-        // 10 ms stolen in a 100 ms interval with five 4 ms episodes in it:
-        // 10 ms in all, not 4 ms each.
-        let samples = [StealSample {
-            cpu: 1,
-            start_ns: 0,
-            end_ns: 100,
-            steal_ns: 10,
-        }];
-        let windows: Vec<(u64, u64)> = (0..5).map(|i| (i * 20, i * 20 + 4)).collect();
-        assert_eq!(allocate(&samples, &windows), vec![4, 4, 2, 0, 0]);
-    }
-
-    /// The all-CPU line (`cpu  <user ticks> ...`) is not a CPU: read as
-    /// one, its tick count became a CPU id and every sample allocated,
-    /// zeroed and scanned a vector that long (10 MB, 10% of a CPU at one
-    /// sample per 100 ms).
     #[test]
     fn only_per_cpu_lines_count() {
         let text = "cpu  1246267 71 270685 2501404 8509 0 68238 29036 0 0\n\

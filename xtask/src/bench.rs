@@ -30,7 +30,8 @@ pub enum Bench {
         #[arg(long, default_value_t = 200_000)]
         loops: u64,
     },
-    /// Analysis: a 60 s run with 3 M requests and 10 M kernel events,
+    /// Analysis: a 60 s run with 3 M requests, 10 M kernel events and the
+    /// serving thread's account in every bucket,
     /// analysed by `correlator report` (time and peak memory).
     Analysis,
     /// Load generator: highest rate kept with send-slip p99 ≤ 50 µs against a

@@ -5,15 +5,16 @@
 
 use std::collections::BTreeMap;
 
-use correlator_common::{Counter, NUM_COUNTERS};
+use correlator_common::{Account, Counter, NUM_ACCOUNT, NUM_COUNTERS};
 
 use crate::{
     latency::capture::LatencyCapture,
     loadgen::recorder::{Recorder, RequestTimes},
     target::Target,
     timeline::{
-        OffCpu,
+        OffCpu, ThreadAccount,
         runfile::{Durations, Environment, EventTotals, Losses, Overhead, RunFile, SCHEMA},
+        syscalls::Site,
     },
 };
 
@@ -48,6 +49,7 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
     let first = start >> SHIFT;
     let per_bucket = events / buckets_n.max(1);
     let mut buckets = Vec::with_capacity(buckets_n as usize);
+    let mut accounts = Vec::with_capacity(buckets_n as usize);
     let mut total = [0u64; NUM_COUNTERS];
     for b in 0..buckets_n {
         let mut c = [0u64; NUM_COUNTERS];
@@ -68,6 +70,21 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
             *s += v;
         }
         buckets.push((first + b, c));
+        // The serving thread's account of the bucket: busy in a burst,
+        // mostly idle otherwise (one row per bucket, as a busy server has).
+        let mut ns = [0u64; NUM_ACCOUNT];
+        let bucket = 1u64 << SHIFT;
+        ns[Account::OnCpu as usize] = if burst { bucket } else { bucket / 10 };
+        ns[Account::SyscallCpu as usize] = bucket / 40;
+        ns[Account::SamplesFault as usize] = u64::from(burst);
+        ns[Account::Blocked as usize + Site::Idle as usize] =
+            if burst { 0 } else { bucket * 8 / 10 };
+        accounts.push(ThreadAccount {
+            tid: 100,
+            epoch: first + b,
+            top_syscall: Some((232, bucket / 80)),
+            ns,
+        });
     }
     let offcpu: Vec<OffCpu> = (0..100_000u64)
         .map(|i| {
@@ -133,10 +150,10 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         server_latency: None,
         steal: Vec::new(),
         account_names: Vec::new(),
-        thread_accounts: Vec::new(),
+        thread_accounts: accounts,
         syscalls: Vec::new(),
         syscall_totals: BTreeMap::new(),
-        sample_period_ns: 0,
+        sample_period_ns: 1_003_009,
         samples: 0,
         thread_names: BTreeMap::new(),
     }

@@ -1,0 +1,37 @@
+//! `correlator compare`: two sample sets, Mann-Whitney U, bootstrap CI, verdict.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::args::CompareArgs;
+use crate::stats;
+
+pub fn run(a: &CompareArgs) -> Result<ExitCode> {
+    let (sa, sb) = (
+        stats::inputs::read(&a.a, a.metric)?,
+        stats::inputs::read(&a.b, a.metric)?,
+    );
+    let mut c = stats::compare(&sa.values, &sb.values, a.alpha, a.min_change, a.seed);
+    c.notes
+        .insert(0, format!("A: {}; B: {}", sa.source, sb.source));
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+    } else {
+        println!("{:<4} {:>5} {:>14}", "", "n", "median");
+        println!("{:<4} {:>5} {:>14.6}", "A", c.n_a, c.median_a);
+        println!("{:<4} {:>5} {:>14.6}", "B", c.n_b, c.median_b);
+        println!(
+            "Mann-Whitney U = {}, two-sided p = {:.6} ({:?}); change of the median {:+.1}% (bootstrap 95% CI {:+.1}%..{:+.1}%)",
+            c.u, c.p_value, c.method, c.change_pct, c.ci_low_pct, c.ci_high_pct
+        );
+        println!(
+            "verdict (α = {}, minimum change {}%): {}",
+            c.alpha, c.min_change_pct, c.verdict
+        );
+        for n in &c.notes {
+            println!("  note: {n}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

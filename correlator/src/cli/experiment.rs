@@ -1,0 +1,75 @@
+//! `correlator experiment`: change one knob, ABAB repetitions, a verdict.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::args::{ExperimentArgs, LoadSpec, Op, RepOrder};
+use crate::experiment::{self, knobs::Knob};
+
+pub fn run(args: &ExperimentArgs) -> Result<ExitCode> {
+    if args.restore {
+        println!("{}", experiment::restore_from(&args.state_file)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (Some(pid), Some(url)) = (args.pid, args.load.as_deref()) else {
+        anyhow::bail!("--pid and --load are required");
+    };
+    let knob = match (&args.knob, &args.apply, &args.revert) {
+        (Some(k), _, _) => Knob::parse(k)?,
+        (None, Some(apply), Some(revert)) => Knob::Command {
+            apply: apply.clone(),
+            revert: revert.clone(),
+        },
+        _ => anyhow::bail!("give --knob NAME=VALUE, or --apply CMD --revert CMD"),
+    };
+    let spec = LoadSpec {
+        rate: vec![args.rate],
+        duration: args.rep_duration,
+        warmup: args.warmup,
+        connections: args.connections,
+        timeout: std::time::Duration::from_secs(2),
+        closed_loop: false,
+        rt_pacer: false,
+        load_cpus: None,
+        op: Op::Ping,
+        keys: 10_000,
+        value_size: 64,
+    };
+    let mut load = spec.options(url)?;
+    load.cpus = crate::run::cpus_away_from(pid);
+    let opts = experiment::ExperimentOptions {
+        pid,
+        load,
+        knob,
+        reps: args.reps,
+        random_order: matches!(args.order, RepOrder::Random).then_some(args.seed),
+        alpha: args.alpha,
+        min_change_pct: args.min_change,
+        state_file: args.state_file.clone(),
+        seed: args.seed,
+        probes: crate::probes::ProbeConfig {
+            passive: args.passive.source()?,
+            ..crate::probes::ProbeConfig::default()
+        },
+    };
+    let result = experiment::run(&opts, |i, rep| {
+        eprintln!(
+            "  rep {:>2} {:?}: {} samples, p50 {}, p99 {}, p99.9 {}",
+            i + 1,
+            rep.arm,
+            rep.count,
+            rep.p50_ns.map_or("-".into(), crate::latency::fmt_ns),
+            rep.p99_ns.map_or("-".into(), crate::latency::fmt_ns),
+            rep.p999_ns.map_or("-".into(), crate::latency::fmt_ns)
+        );
+    })?;
+    print!("{}", experiment::text(&result));
+    if let Some(p) = &args.out {
+        std::fs::write(p, serde_json::to_string_pretty(&result)?)?;
+    }
+    if let Some(p) = &args.html {
+        std::fs::write(p, experiment::html(&result))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,50 @@
+//! Hidden subcommands: helper targets for tests and benchmarks.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::args::{MemcheckArgs, SynthRunArgs};
+use crate::{
+    demo::{hog::HogArgs, server::DemoServerArgs},
+    loadgen::{self, testserver::TestServerArgs},
+    workload::{self, WorkloadArgs},
+};
+
+pub fn workload(a: &WorkloadArgs) -> Result<ExitCode> {
+    workload::run(a)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn testserver(a: &TestServerArgs) -> Result<ExitCode> {
+    loadgen::testserver::run(a)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn demo_server(a: &DemoServerArgs) -> Result<ExitCode> {
+    crate::demo::server::run(a)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn demo_hog(a: &HogArgs) -> Result<ExitCode> {
+    crate::demo::hog::run(a)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn synth_run(a: &SynthRunArgs) -> Result<ExitCode> {
+    crate::analysis::synthetic::run(a.seconds, a.requests, a.events).save(&a.out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn memcheck(a: &MemcheckArgs) -> Result<ExitCode> {
+    let rec = loadgen::recorder::synthetic_run(a.rate, a.seconds);
+    println!(
+        "{} requests: peak RSS {} MiB ({} kept with exact timestamps, {} over the cap, {} time buckets)",
+        rec.phases[0].completed,
+        loadgen::recorder::peak_rss_kib().unwrap_or(0) / 1024,
+        rec.kept.len(),
+        rec.kept_over_cap,
+        rec.buckets.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,55 @@
+//! `correlator report`: redo the analysis of a saved run.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::args::ReportArgs;
+use crate::{
+    latency::{capture::LatencyCapture, import},
+    timeline::runfile::RunFile,
+};
+
+pub fn run(args: &ReportArgs) -> Result<ExitCode> {
+    let mut run = RunFile::load(&args.run_file)?;
+    if let Some(log) = &args.latency_log {
+        let Some(format) = import::Format::from_path(log) else {
+            anyhow::bail!(
+                "{}: cannot tell the format from the name (.csv, .jsonl, .hlog)",
+                log.display()
+            );
+        };
+        if format == import::Format::Hlog {
+            anyhow::bail!(
+                "{}: an .hlog has no per-request timestamps to line up with kernel events; use a CSV or JSON-lines log",
+                log.display()
+            );
+        }
+        let imported = import::import(&import::ImportOptions {
+            path: log.clone(),
+            format,
+            clock: args.clock,
+            expected_interval_ns: None,
+        })?;
+        let (start, end) = (run.started_ns, run.ended_ns);
+        run.latency = Some(LatencyCapture::from_recorder(
+            format!("imported {}", log.display()),
+            &imported.recorder,
+            &[(start, end, None)],
+        ));
+    }
+    let latency = match (&run.latency, &run.server_latency) {
+        (Some(client), _) => client.clone(),
+        // A passive recording: the server-side latency is the one to analyse.
+        (None, Some(server)) => server.latency.clone(),
+        (None, None) => anyhow::bail!(
+            "{} has no latency (recorded with `correlator record` without --syscalls/--uprobe?); pass --latency-log FILE captured at the same time",
+            args.run_file.display()
+        ),
+    };
+    let report = crate::report::Report::build(&run, &latency, &args.outputs.analysis());
+    let out = args.outputs.outputs(None);
+    crate::run::write_outputs(&run, &report, &out)?;
+    crate::run::print_summary(&report, &out);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,41 @@
+//! `correlator run`: attach, drive the load, explain the tail.
+
+use std::{io::IsTerminal as _, process::ExitCode};
+
+use anyhow::Result;
+
+use super::args::RunArgs;
+use crate::probes::ProbeConfig;
+
+pub fn run(args: &RunArgs) -> Result<ExitCode> {
+    let run_file = args.run_file.clone().or_else(|| {
+        Some(
+            args.outputs
+                .out
+                .as_ref()
+                .map_or_else(|| "correlator.run".into(), |o| o.with_extension("run")),
+        )
+    });
+    let out = args.outputs.outputs(run_file);
+    let mut load = args.spec.options(&args.load)?;
+    if load.cpus.is_none() {
+        load.cpus = crate::run::cpus_away_from(args.pid);
+    }
+    let opts = crate::run::RunOptions {
+        pid: args.pid,
+        load,
+        probes: ProbeConfig {
+            follow_children: args.follow_children,
+            min_offcpu_record: args.min_offcpu,
+            passive: args.passive.source()?,
+            sample_hz: args.sample_hz,
+            ..ProbeConfig::default()
+        },
+        analysis: args.outputs.analysis(),
+        outputs: out.clone(),
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+    };
+    let (_, report) = crate::run::run(opts)?;
+    crate::run::print_summary(&report, &out);
+    Ok(ExitCode::SUCCESS)
+}

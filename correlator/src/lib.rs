@@ -6,6 +6,7 @@
 pub mod analysis;
 pub mod cli;
 pub mod clock;
+pub mod cpu;
 pub mod demo;
 pub mod doctor;
 pub mod experiment;

@@ -58,7 +58,7 @@ pub fn run(opts: RunOptions) -> Result<(RunFile, Report)> {
     // The recorder is harness too: it runs where the load generator runs,
     // so it neither competes with the server nor shows up as its preemptor.
     let _pinned = match &opts.load.cpus {
-        Some(cpus) => match crate::workload::PinnedThread::to(cpus) {
+        Some(cpus) => match crate::cpu::PinnedThread::to(cpus) {
             Ok(p) => Some(p),
             Err(e) => {
                 log::warn!("cannot keep the recorder on CPUs {cpus:?}: {e:#}");
@@ -117,7 +117,7 @@ pub fn run(opts: RunOptions) -> Result<(RunFile, Report)> {
         .take()
         .ok_or_else(|| anyhow!("the load generator did not start"))??;
     let mut run = RunFile::from_capture(capture);
-    let latency = LatencyCapture::from_load(&load);
+    let latency = LatencyCapture::from(&load);
     let report = Report::build(&run, &latency, &opts.analysis);
     run.latency = Some(latency);
     write_outputs(&run, &report, &opts.outputs)?;
@@ -130,7 +130,7 @@ pub fn run(opts: RunOptions) -> Result<(RunFile, Report)> {
 pub fn cpus_away_from(pid: u32) -> Option<Vec<usize>> {
     let allowed = Target::from_pid(pid).ok()?.allowed_cpus()?;
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
-    let others: Vec<usize> = crate::workload::parse_cpu_list(&online)?
+    let others: Vec<usize> = crate::cpu::parse_cpu_list(&online)?
         .into_iter()
         .filter(|c| !allowed.contains(c))
         .collect();

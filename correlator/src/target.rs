@@ -73,7 +73,7 @@ impl Target {
         let list = status
             .lines()
             .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
-        crate::workload::parse_cpu_list(list)
+        crate::cpu::parse_cpu_list(list)
     }
 
     /// (tgid, tid) of every thread of the target, and with `children` of

@@ -16,6 +16,8 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
 
+use crate::cpu::pin;
+
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct WorkloadArgs {
     /// Anonymous pages to touch (minor faults).
@@ -289,109 +291,4 @@ fn read_evicted(m: &MajorFile) -> Result<()> {
     let region = crate::memory::Region::file(&m.file, m.len).context("mmap failed")?;
     std::hint::black_box(region.touch(false));
     Ok(())
-}
-
-/// Names the calling thread (what `comm` shows, e.g. as "who ran instead").
-pub fn set_name(name: &str) {
-    let mut bytes = [0u8; 16];
-    for (b, c) in bytes.iter_mut().zip(name.bytes().take(15)) {
-        *b = c;
-    }
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
-    unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr() as libc::c_ulong, 0, 0, 0) };
-}
-
-/// Pins the calling thread to one CPU.
-pub fn pin(cpu: usize) -> Result<()> {
-    pin_set(&[cpu])
-}
-
-/// The calling thread pinned to `cpus` until the guard drops, then put back
-/// on the CPUs it had.
-pub struct PinnedThread {
-    previous: Vec<usize>,
-}
-
-impl PinnedThread {
-    pub fn to(cpus: &[usize]) -> Result<Self> {
-        let previous = affinity(0)?;
-        pin_set(cpus)?;
-        Ok(Self { previous })
-    }
-}
-
-impl Drop for PinnedThread {
-    fn drop(&mut self) {
-        let _ = pin_set(&self.previous);
-    }
-}
-
-/// Restricts the calling thread to a set of CPUs.
-pub fn pin_set(cpus: &[usize]) -> Result<()> {
-    set_affinity(0, cpus)
-}
-
-/// CPUs online on the machine, whatever the calling thread's affinity
-/// (`available_parallelism()` counts only the CPUs this thread may use,
-/// and the recorder pins itself).
-pub fn online_cpu_count() -> Option<usize> {
-    // SAFETY: sysconf has no preconditions.
-    usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).ok()
-}
-
-/// The CPUs thread `tid` may run on (0: the calling thread).
-pub fn affinity(tid: u32) -> Result<Vec<usize>> {
-    // SAFETY: zeroed cpu_set_t is valid output storage.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer and size.
-    let rc = unsafe {
-        libc::sched_getaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), &mut set)
-    };
-    if rc != 0 {
-        bail!(
-            "sched_getaffinity({tid}): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    // SAFETY: reading a set filled by the kernel.
-    Ok((0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect())
-}
-
-/// Restricts thread `tid` (0: the calling thread) to a set of CPUs.
-pub fn set_affinity(tid: u32, cpus: &[usize]) -> Result<()> {
-    // SAFETY: zeroed cpu_set_t is an empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &cpu in cpus {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            bail!("CPU {cpu} is beyond what sched_setaffinity can express");
-        }
-        // SAFETY: cpu < CPU_SETSIZE, checked above.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
-    }
-    // SAFETY: valid set.
-    let rc =
-        unsafe { libc::sched_setaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        bail!(
-            "sched_setaffinity({tid}, {cpus:?}): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
-}
-
-/// Parses a CPU list such as "0-2,5".
-pub fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                cpus.extend(a.trim().parse::<usize>().ok()?..=b.trim().parse::<usize>().ok()?)
-            }
-            None => cpus.push(part.trim().parse().ok()?),
-        }
-    }
-    Some(cpus)
 }

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{latency::Distribution, loadgen::recorder::RequestTimes};
+use crate::{latency::Distribution, latency::recorder::RequestTimes};
 
 /// The default spike threshold: max(5 × p50, p50 + 2 ms). Multiplicative so
 /// it scales with the server, with an absolute floor so the scheduling noise

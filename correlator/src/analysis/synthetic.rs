@@ -9,7 +9,7 @@ use correlator_common::{Account, Counter, NUM_ACCOUNT, NUM_COUNTERS};
 
 use crate::{
     latency::capture::LatencyCapture,
-    loadgen::recorder::{Recorder, RequestTimes},
+    latency::recorder::{Recorder, RequestTimes},
     target::Target,
     timeline::{
         OffCpu, ThreadAccount,

@@ -8,11 +8,11 @@ use correlator_common::{Account, Counter, NUM_ACCOUNT, NUM_COUNTERS};
 
 use super::*;
 use crate::{
+    latency::recorder::RequestTimes,
     latency::{
         Distribution,
         capture::{LatencyCapture, LatencyPhase, StoredDistribution},
     },
-    loadgen::recorder::RequestTimes,
     target::Target,
     timeline::{
         OffCpu, SyscallSpan, ThreadAccount,

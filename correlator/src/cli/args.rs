@@ -536,7 +536,7 @@ impl LoadSpec {
             rt_pacer: self.rt_pacer,
             cancel: std::sync::Arc::default(),
             cpus: match &self.load_cpus {
-                Some(list) => Some(crate::workload::parse_cpu_list(list).ok_or_else(|| {
+                Some(list) => Some(crate::cpu::parse_cpu_list(list).ok_or_else(|| {
                     anyhow::anyhow!("--load-cpus {list:?}: expected a CPU list like 0 or 0-3,6")
                 })?),
                 None => None,

@@ -25,7 +25,7 @@ pub fn run(a: &DemoArgs) -> Result<ExitCode> {
                 })?,
         ]
     };
-    let online = crate::workload::online_cpu_count().unwrap_or(1);
+    let online = crate::cpu::online_cpu_count().unwrap_or(1);
     if online < 2 {
         anyhow::bail!(
             "the demo needs 2 CPUs (server on CPU 1, load on CPU 0); this machine has {online}"

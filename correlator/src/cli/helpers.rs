@@ -37,11 +37,11 @@ pub fn synth_run(a: &SynthRunArgs) -> Result<ExitCode> {
 }
 
 pub fn memcheck(a: &MemcheckArgs) -> Result<ExitCode> {
-    let rec = loadgen::recorder::synthetic_run(a.rate, a.seconds);
+    let rec = crate::latency::recorder::synthetic_run(a.rate, a.seconds);
     println!(
         "{} requests: peak RSS {} MiB ({} kept with exact timestamps, {} over the cap, {} time buckets)",
         rec.phases[0].completed,
-        loadgen::recorder::peak_rss_kib().unwrap_or(0) / 1024,
+        crate::latency::recorder::peak_rss_kib().unwrap_or(0) / 1024,
         rec.kept.len(),
         rec.kept_over_cap,
         rec.buckets.len()

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::{
+    cpu::{pin, set_name},
     stats::Rng,
-    workload::{pin, set_name},
 };
 
 #[derive(Clone, Debug, clap::Args)]

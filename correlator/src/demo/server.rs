@@ -22,9 +22,9 @@ use tokio::{
 use super::Scenario;
 use crate::{
     clock::monotonic_ns,
+    cpu::{pin, set_name},
     memory::Region,
     stats::Rng,
-    workload::{pin, set_name},
 };
 
 #[derive(Clone, Debug, clap::Args)]

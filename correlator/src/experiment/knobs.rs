@@ -8,8 +8,8 @@ use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    cpu::{affinity, parse_cpu_list, set_affinity},
     target::Target,
-    workload::{affinity, parse_cpu_list, set_affinity},
 };
 
 const THP: &str = "/sys/kernel/mm/transparent_hugepage/enabled";

@@ -6,10 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Distribution;
-use crate::loadgen::{
-    LoadResult,
-    recorder::{BUCKET_SHIFT, LatencyBucket, Recorder, RequestTimes},
-};
+use super::recorder::{BUCKET_SHIFT, LatencyBucket, Recorder, RequestTimes};
 
 /// A distribution as (value, count) pairs of its non-empty HdrHistogram
 /// buckets: mergeable and exact to the histogram's resolution, and plain JSON.
@@ -97,22 +94,6 @@ impl LatencyCapture {
             bucket_origin: rec.bucket_origin,
             buckets: rec.buckets.clone(),
         }
-    }
-
-    pub fn from_load(r: &LoadResult) -> Self {
-        let warmup = u64::try_from(r.opts.warmup.as_nanos()).unwrap_or(0);
-        let windows: Vec<(u64, u64, Option<f64>)> = r
-            .phase_windows
-            .iter()
-            .zip(&r.opts.rates)
-            .map(|(&(s, e), &rate)| (s + warmup, e, Some(rate)))
-            .collect();
-        let mode = if r.opts.closed_loop {
-            "closed-loop"
-        } else {
-            "open-loop"
-        };
-        Self::from_recorder(format!("{mode} load {}", r.opts.url), &r.recorder, &windows)
     }
 
     /// All phases merged (histograms are merged, never averaged).

@@ -21,7 +21,7 @@ use serde::Serialize;
 use super::Distribution;
 use crate::{
     clock,
-    loadgen::recorder::{Recorder, RequestTimes},
+    latency::recorder::{Recorder, RequestTimes},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]

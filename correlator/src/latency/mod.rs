@@ -10,6 +10,7 @@
 pub mod capture;
 pub mod import;
 pub mod passive;
+pub mod recorder;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};

@@ -12,7 +12,7 @@ use correlator_common::{RequestRecord, UPROBE_FD};
 use serde::{Deserialize, Serialize};
 
 use super::capture::LatencyCapture;
-use crate::loadgen::recorder::{BUCKET_SHIFT, Recorder, RequestTimes};
+use crate::latency::recorder::{BUCKET_SHIFT, Recorder, RequestTimes};
 
 /// Where passive requests come from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

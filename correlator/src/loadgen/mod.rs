@@ -15,7 +15,7 @@
 
 pub mod output;
 pub mod protocol;
-pub mod recorder;
+
 pub mod testserver;
 
 use std::{
@@ -32,8 +32,11 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::clock;
+use crate::latency::{
+    capture::LatencyCapture,
+    recorder::{Recorder, RequestTimes},
+};
 use protocol::{Protocol, Target};
-use recorder::{Recorder, RequestTimes};
 
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
@@ -112,6 +115,26 @@ pub struct LoadResult {
     pub rt_refused: bool,
 }
 
+/// A load run as the latency the analysis reads: the measured windows
+/// (after warm-up) of each offered rate.
+impl From<&LoadResult> for LatencyCapture {
+    fn from(r: &LoadResult) -> Self {
+        let warmup = u64::try_from(r.opts.warmup.as_nanos()).unwrap_or(0);
+        let windows: Vec<(u64, u64, Option<f64>)> = r
+            .phase_windows
+            .iter()
+            .zip(&r.opts.rates)
+            .map(|(&(s, e), &rate)| (s + warmup, e, Some(rate)))
+            .collect();
+        let mode = if r.opts.closed_loop {
+            "closed-loop"
+        } else {
+            "open-loop"
+        };
+        Self::from_recorder(format!("{mode} load {}", r.opts.url), &r.recorder, &windows)
+    }
+}
+
 fn connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
     let s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_nodelay(true)?;
@@ -146,7 +169,7 @@ fn make_realtime() -> bool {
 fn generator_thread(opts: &LoadOptions) {
     set_timer_slack_1ns();
     if let Some(cpus) = &opts.cpus
-        && let Err(e) = crate::workload::pin_set(cpus)
+        && let Err(e) = crate::cpu::pin_set(cpus)
     {
         log::warn!("cannot keep the load generator on CPUs {cpus:?}: {e:#}");
     }

@@ -131,7 +131,7 @@ impl Environment {
         let read = |p: &str| fs::read_to_string(p).unwrap_or_default().trim().to_string();
         Self {
             kernel: read("/proc/sys/kernel/osrelease"),
-            cpus: crate::workload::online_cpu_count().unwrap_or(0),
+            cpus: crate::cpu::online_cpu_count().unwrap_or(0),
             transparent_hugepage: read("/sys/kernel/mm/transparent_hugepage/enabled"),
             minor_fault_ns: measure_minor_fault_ns(),
         }
@@ -476,10 +476,10 @@ mod tests {
     fn environment_counts_the_machines_cpus_not_the_threads() {
         let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
             .ok()
-            .and_then(|l| crate::workload::parse_cpu_list(l.trim()))
+            .and_then(|l| crate::cpu::parse_cpu_list(l.trim()))
             .map(|c| c.len())
             .expect("online CPUs");
-        let _pinned = crate::workload::PinnedThread::to(&[0]).expect("pin");
+        let _pinned = crate::cpu::PinnedThread::to(&[0]).expect("pin");
         assert_eq!(Environment::current().cpus, online);
     }
 

@@ -2,6 +2,22 @@
 //!
 //! Data flows one way: kernel ([`probes`]) → [`timeline`] → latency →
 //! analysis → report.
+//!
+//! Layers, lowest first. A module imports only from its own layer or the
+//! ones below it; `cargo xtask layers` reads this list and checks every
+//! `crate::` path in `src/` against it (it runs in `cargo xtask test`):
+//!
+//! - utilities: clock, cpu, memory, stats, target
+//! - models: timeline, latency
+//! - sources: probes, loadgen
+//! - run file: runfile, record
+//! - analysis: analysis
+//! - views: report, summary, doctor, experiment, run, demo
+//! - cli: cli
+//!
+//! Two more rules: `stats` imports nothing from the crate (pure functions
+//! with scipy-checked tests), and `harness` (helper targets for tests and
+//! benchmarks) may import any layer but only `cli` imports it.
 
 pub mod analysis;
 pub mod cli;
@@ -10,7 +26,7 @@ pub mod cpu;
 pub mod demo;
 pub mod doctor;
 pub mod experiment;
-pub mod known_syscalls;
+pub mod harness;
 pub mod latency;
 pub mod loadgen;
 pub mod memory;
@@ -18,8 +34,8 @@ pub mod probes;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod runfile;
 pub mod stats;
 pub mod summary;
 pub mod target;
 pub mod timeline;
-pub mod workload;

@@ -16,16 +16,13 @@ use correlator_common::Counter;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::runfile::{Capture, Overhead, RunFile, StopReason};
 use crate::{
     clock,
     latency::passive::Passive,
     probes::{ProbeConfig, Probes},
     target::Target,
-    timeline::{
-        Timeline,
-        runfile::{Capture, Overhead, RunFile, StopReason},
-        steal::StealSampler,
-    },
+    timeline::{Timeline, steal::StealSampler},
 };
 
 /// How often the buckets and the ring buffer are drained.

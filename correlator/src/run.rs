@@ -20,8 +20,8 @@ use crate::{
     probes::ProbeConfig,
     record::{self, Session},
     report::{Report, html, perfetto, terminal},
+    runfile::RunFile,
     target::Target,
-    timeline::runfile::RunFile,
 };
 
 #[derive(Clone, Debug, Default)]

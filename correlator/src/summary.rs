@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::timeline::runfile::{EventTotals, RunFile};
+use crate::runfile::{EventTotals, RunFile};
 
 /// The JSON shape of `correlator summary --json` (versioned).
 #[derive(Serialize)]
@@ -12,10 +12,10 @@ pub struct SummaryJson<'a> {
     pub schema: &'static str,
     pub target: &'a crate::target::Target,
     pub duration_s: f64,
-    pub stop_reason: crate::timeline::runfile::StopReason,
+    pub stop_reason: crate::runfile::StopReason,
     pub events: &'a EventTotals,
-    pub durations: &'a crate::timeline::runfile::Durations,
-    pub losses: &'a crate::timeline::runfile::Losses,
+    pub durations: &'a crate::runfile::Durations,
+    pub losses: &'a crate::runfile::Losses,
     /// `--syscalls` / `--uprobe`: what the passive source saw.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_latency: Option<ServerSummary<'a>>,

@@ -9,7 +9,7 @@ mod common;
 use std::process::Command;
 
 use common::{BIN, Recorder, Workload, live_or_skip, proc_row, scratch};
-use correlator::timeline::runfile::StopReason;
+use correlator::runfile::StopReason;
 use perf_event::{Builder, Counter, events::Software};
 
 /// A kernel perf software counter on `pid`, inherited by threads it creates.

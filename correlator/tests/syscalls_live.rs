@@ -7,10 +7,7 @@
 mod common;
 
 use common::{Recorder, Workload, live_or_skip, scratch};
-use correlator::{
-    known_syscalls::Phase,
-    timeline::{runfile::RunFile, syscalls::Site},
-};
+use correlator::{harness::known_syscalls::Phase, runfile::RunFile, timeline::syscalls::Site};
 
 /// Runs the helper with `args` under the recorder; returns its phases and
 /// the run.

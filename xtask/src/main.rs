@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_loadgen;
+mod layers;
 
 #[derive(Parser)]
 #[command(name = "xtask")]
@@ -26,6 +27,8 @@ enum Task {
     Test,
     /// Build, check the machine, and run the demo scenario suite end to end.
     Demo,
+    /// Check correlator's one-way layering (the list in correlator/src/lib.rs).
+    Layers,
     /// Benchmarks (ratios against a baseline measured in the same run).
     Bench {
         #[command(subcommand)]
@@ -63,6 +66,7 @@ pub fn build_release() -> Result<PathBuf> {
 
 fn test() -> Result<()> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    layers::run()?;
     run(cargo().args([
         // The default members: the eBPF crate only builds for the BPF
         // target (through correlator/build.rs), never for the host.
@@ -90,6 +94,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Test => test(),
         Task::Demo => demo(),
+        Task::Layers => layers::run(),
         Task::Bench { which } => bench::run(which),
     }
 }

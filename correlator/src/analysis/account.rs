@@ -21,9 +21,9 @@ use correlator_common::{Account, NUM_ACCOUNT};
 use serde::{Deserialize, Serialize};
 
 use super::kernel::{OffKind, Threads};
+use crate::runfile::RunFile;
 use crate::timeline::{
     SyscallSpan, ThreadAccount,
-    runfile::RunFile,
     syscalls::{self, Site},
 };
 

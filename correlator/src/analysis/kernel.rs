@@ -4,7 +4,8 @@
 
 use correlator_common::{Counter, NUM_COUNTERS};
 
-use crate::timeline::{OffCpu, runfile::RunFile};
+use crate::runfile::RunFile;
+use crate::timeline::OffCpu;
 
 /// Counts summed over a bucket range.
 pub type Sums = [u64; NUM_COUNTERS];

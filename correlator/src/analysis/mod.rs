@@ -17,7 +17,6 @@ pub mod episodes;
 pub mod kernel;
 pub mod poisson;
 mod signature;
-pub mod synthetic;
 
 use std::collections::BTreeMap;
 
@@ -26,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     latency::{Summary, capture::LatencyCapture},
-    timeline::runfile::RunFile,
+    runfile::RunFile,
 };
 use account::Accounts;
 pub use account::TimeAccount;

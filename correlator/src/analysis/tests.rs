@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use correlator_common::{Account, Counter, NUM_ACCOUNT, NUM_COUNTERS};
 
 use super::*;
+use crate::runfile::{Durations, Environment, EventTotals, Losses, Overhead, RunFile, StopReason};
 use crate::{
     latency::recorder::RequestTimes,
     latency::{
@@ -14,11 +15,7 @@ use crate::{
         capture::{LatencyCapture, LatencyPhase, StoredDistribution},
     },
     target::Target,
-    timeline::{
-        OffCpu, SyscallSpan, ThreadAccount,
-        runfile::{Durations, Environment, EventTotals, Losses, Overhead, RunFile, StopReason},
-        syscalls::Site,
-    },
+    timeline::{OffCpu, SyscallSpan, ThreadAccount, syscalls::Site},
 };
 
 const MS: u64 = 1_000_000;
@@ -241,7 +238,7 @@ impl Synth {
         }
         let (start, end) = (self.phases[0].1, self.phases[self.phases.len() - 1].2);
         let run = RunFile {
-            schema: crate::timeline::runfile::SCHEMA.into(),
+            schema: crate::runfile::SCHEMA.into(),
             correlator_version: "test".into(),
             target: Target {
                 pid: 100,

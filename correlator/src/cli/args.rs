@@ -8,7 +8,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
 
-use crate::{loadgen::testserver::TestServerArgs, workload::WorkloadArgs};
+use crate::harness::{testserver::TestServerArgs, workload::WorkloadArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -464,7 +464,7 @@ pub struct CompareArgs {
     pub b: String,
     /// Percentile taken from experiment and run inputs.
     #[arg(long, value_enum, default_value = "p99")]
-    pub metric: crate::stats::inputs::Metric,
+    pub metric: super::compare_inputs::Metric,
     /// Significance level (two-sided).
     #[arg(long, default_value_t = 0.05)]
     pub alpha: f64,

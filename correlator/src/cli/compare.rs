@@ -4,13 +4,13 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::args::CompareArgs;
+use super::{args::CompareArgs, compare_inputs};
 use crate::stats;
 
 pub fn run(a: &CompareArgs) -> Result<ExitCode> {
     let (sa, sb) = (
-        stats::inputs::read(&a.a, a.metric)?,
-        stats::inputs::read(&a.b, a.metric)?,
+        compare_inputs::read(&a.a, a.metric)?,
+        compare_inputs::read(&a.b, a.metric)?,
     );
     let mut c = stats::compare(&sa.values, &sb.values, a.alpha, a.min_change, a.seed);
     c.notes

@@ -1,4 +1,5 @@
-//! Hidden subcommands: helper targets for tests and benchmarks.
+//! Hidden subcommands: the helper targets of tests and benchmarks (the
+//! harness, which only this dispatch imports).
 
 use std::process::ExitCode;
 
@@ -7,8 +8,11 @@ use anyhow::Result;
 use super::args::{MemcheckArgs, SynthRunArgs};
 use crate::{
     demo::{hog::HogArgs, server::DemoServerArgs},
-    loadgen::{self, testserver::TestServerArgs},
-    workload::{self, WorkloadArgs},
+    harness::{
+        memcheck, synthetic,
+        testserver::{self, TestServerArgs},
+        workload::{self, WorkloadArgs},
+    },
 };
 
 pub fn workload(a: &WorkloadArgs) -> Result<ExitCode> {
@@ -17,7 +21,7 @@ pub fn workload(a: &WorkloadArgs) -> Result<ExitCode> {
 }
 
 pub fn testserver(a: &TestServerArgs) -> Result<ExitCode> {
-    loadgen::testserver::run(a)?;
+    testserver::run(a)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -32,16 +36,16 @@ pub fn demo_hog(a: &HogArgs) -> Result<ExitCode> {
 }
 
 pub fn synth_run(a: &SynthRunArgs) -> Result<ExitCode> {
-    crate::analysis::synthetic::run(a.seconds, a.requests, a.events).save(&a.out)?;
+    synthetic::run(a.seconds, a.requests, a.events).save(&a.out)?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn memcheck(a: &MemcheckArgs) -> Result<ExitCode> {
-    let rec = crate::latency::recorder::synthetic_run(a.rate, a.seconds);
+    let rec = memcheck::synthetic_run(a.rate, a.seconds);
     println!(
         "{} requests: peak RSS {} MiB ({} kept with exact timestamps, {} over the cap, {} time buckets)",
         rec.phases[0].completed,
-        crate::latency::recorder::peak_rss_kib().unwrap_or(0) / 1024,
+        memcheck::peak_rss_kib().unwrap_or(0) / 1024,
         rec.kept.len(),
         rec.kept_over_cap,
         rec.buckets.len()

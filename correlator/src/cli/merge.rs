@@ -7,7 +7,7 @@ use anyhow::Result;
 use super::args::MergeArgs;
 use crate::{
     latency::{Distribution, table},
-    timeline::runfile::RunFile,
+    runfile::RunFile,
 };
 
 pub fn run(a: &MergeArgs) -> Result<ExitCode> {

@@ -4,6 +4,7 @@
 
 pub mod args;
 mod compare;
+mod compare_inputs;
 mod demo;
 mod doctor;
 mod experiment;

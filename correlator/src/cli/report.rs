@@ -7,7 +7,7 @@ use anyhow::Result;
 use super::args::ReportArgs;
 use crate::{
     latency::{capture::LatencyCapture, import},
-    timeline::runfile::RunFile,
+    runfile::RunFile,
 };
 
 pub fn run(args: &ReportArgs) -> Result<ExitCode> {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::args::SummaryArgs;
-use crate::{summary, timeline::runfile::RunFile};
+use crate::{runfile::RunFile, summary};
 
 pub fn run(a: &SummaryArgs) -> Result<ExitCode> {
     let run = RunFile::load(&a.run_file)?;

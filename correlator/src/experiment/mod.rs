@@ -116,7 +116,7 @@ pub struct ExperimentResult {
     pub rep_duration_s: f64,
     pub reps: Vec<Rep>,
     pub tests: Vec<Test>,
-    pub environment: crate::timeline::runfile::Environment,
+    pub environment: crate::runfile::Environment,
     pub notes: Vec<String>,
 }
 
@@ -367,7 +367,7 @@ fn judge(opts: &ExperimentOptions, target: Target, reps: Vec<Rep>) -> Experiment
         rep_duration_s: opts.load.duration.as_secs_f64(),
         reps,
         tests,
-        environment: crate::timeline::runfile::Environment::current(),
+        environment: crate::runfile::Environment::current(),
         notes,
     }
 }

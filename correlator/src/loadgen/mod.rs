@@ -16,8 +16,6 @@
 pub mod output;
 pub mod protocol;
 
-pub mod testserver;
-
 use std::{
     collections::VecDeque,
     io::{Read as _, Write as _},

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::{
     analysis::{self, Analysis, AnalysisOptions, Classification, Episode, LatencyReport},
     latency::capture::LatencyCapture,
+    runfile::{Environment, EventTotals, Losses, RunFile},
     target::Target,
-    timeline::runfile::{Environment, EventTotals, Losses, RunFile},
 };
 
 pub const SCHEMA: &str = "correlator.report/v2";

@@ -4,9 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::{
-    analysis::kernel::KernelTimeline, latency::capture::LatencyCapture, timeline::runfile::RunFile,
-};
+use crate::{analysis::kernel::KernelTimeline, latency::capture::LatencyCapture, runfile::RunFile};
 
 use super::Report;
 

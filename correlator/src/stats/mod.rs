@@ -7,8 +7,6 @@
 //! not equal medians); a bootstrap 95% CI for the relative change; several
 //! percentiles tested at once → Bonferroni; a minimum meaningful change.
 
-pub mod inputs;
-
 use serde::Serialize;
 
 /// How a p-value was computed.

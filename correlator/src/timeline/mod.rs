@@ -6,7 +6,6 @@
 //! events are stored) and off-CPU records are capped; records beyond the cap
 //! are counted, never silently dropped.
 
-pub mod runfile;
 pub mod steal;
 pub mod syscalls;
 

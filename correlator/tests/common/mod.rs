@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use correlator::{timeline::runfile::RunFile, workload::Usage};
+use correlator::{harness::workload::Usage, runfile::RunFile};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_correlator");
 

@@ -15,7 +15,7 @@ use crate::{
     experiment::{self, Arm},
     latency::Distribution,
     report,
-    timeline::runfile::{self, RunFile},
+    runfile::{self, RunFile},
 };
 
 /// One side of a comparison, and where its values came from.
@@ -118,7 +118,7 @@ fn from_file(path: &Path, arm: Option<Arm>, metric: Metric) -> Result<SampleSet>
             path.display()
         ),
         None => Ok(SampleSet {
-            values: super::parse_samples(path, &text)?,
+            values: crate::stats::parse_samples(path, &text)?,
             source: format!("{}: one value per line", path.display()),
         }),
     }

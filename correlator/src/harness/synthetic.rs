@@ -7,15 +7,12 @@ use std::collections::BTreeMap;
 
 use correlator_common::{Account, Counter, NUM_ACCOUNT, NUM_COUNTERS};
 
+use crate::runfile::{Durations, Environment, EventTotals, Losses, Overhead, RunFile, SCHEMA};
 use crate::{
     latency::capture::LatencyCapture,
     latency::recorder::{Recorder, RequestTimes},
     target::Target,
-    timeline::{
-        OffCpu, ThreadAccount,
-        runfile::{Durations, Environment, EventTotals, Losses, Overhead, RunFile, SCHEMA},
-        syscalls::Site,
-    },
+    timeline::{OffCpu, ThreadAccount, syscalls::Site},
 };
 
 pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
@@ -122,11 +119,11 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         follow_children: false,
         started_ns: start,
         ended_ns: end,
-        stop_reason: crate::timeline::runfile::StopReason::Duration,
+        stop_reason: crate::runfile::StopReason::Duration,
         bucket_ns: 1 << SHIFT,
         counter_names: Counter::ALL
             .iter()
-            .map(|&c| crate::timeline::runfile::counter_name(c).to_string())
+            .map(|&c| crate::runfile::counter_name(c).to_string())
             .collect(),
         buckets,
         offcpu,

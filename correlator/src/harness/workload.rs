@@ -54,7 +54,7 @@ pub struct WorkloadArgs {
     #[arg(long)]
     pub in_child_process: bool,
     #[command(flatten)]
-    pub syscalls: crate::known_syscalls::SyscallWork,
+    pub syscalls: crate::harness::known_syscalls::SyscallWork,
 }
 
 /// The process's own resource usage, from getrusage(RUSAGE_SELF).
@@ -113,7 +113,7 @@ struct Report {
     calls: Option<CallTimes>,
     /// Known syscall work, each phase timed by the helper.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    phases: Vec<crate::known_syscalls::Phase>,
+    phases: Vec<crate::harness::known_syscalls::Phase>,
 }
 
 #[derive(Clone, Copy, Serialize)]

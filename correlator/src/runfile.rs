@@ -2,18 +2,18 @@
 //! (schema `correlator.run/v1`, documented in docs/run-file.md).
 //!
 //! Its size is bounded by the run's length, not by event count: buckets are
-//! per time slot, and off-CPU records are capped (see [`super::Timeline`]).
+//! per time slot, and off-CPU records are capped (see [`crate::timeline::Timeline`]).
 
 use std::{collections::BTreeMap, fs, io::BufWriter, path::Path};
 
 use anyhow::{Context as _, Result, bail};
 use correlator_common::{Counter, NUM_COUNTERS};
 
-use super::steal::StealSample;
 use crate::latency::passive::ServerLatency;
+use crate::timeline::steal::StealSample;
 use serde::{Deserialize, Serialize};
 
-use super::{Counts, OffCpu, SyscallSpan, ThreadAccount, Timeline};
+use crate::timeline::{Counts, OffCpu, SyscallSpan, ThreadAccount, Timeline};
 use crate::{
     probes::{KernelTotals, ProgramCost},
     target::Target,
@@ -316,7 +316,7 @@ impl RunFile {
             .iter()
             .map(|(nr, t)| {
                 (
-                    super::syscalls::name(*nr),
+                    crate::timeline::syscalls::name(*nr),
                     SyscallTotals {
                         calls: t.calls,
                         total_ns: t.total_ns,

@@ -1,11 +1,9 @@
 //! Bad input gets one clear line on stderr and a non-zero exit. These paths
 //! are checked before anything is loaded, so they need no privileges.
 
-mod common;
-
 use std::process::Command;
 
-use common::{BIN, scratch};
+use crate::util::{BIN, scratch};
 
 fn fails_with(args: &[&str], needle: &str) {
     let out = Command::new(BIN)

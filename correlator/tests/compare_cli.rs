@@ -3,11 +3,9 @@
 //! truth is the values written here; the statistics themselves are checked
 //! against scipy in the unit tests.
 
-mod common;
-
 use std::{path::Path, process::Command};
 
-use common::{BIN, scratch};
+use crate::util::{BIN, scratch};
 use serde_json::{Value, json};
 
 fn compare(a: &Path, b: &str, extra: &[&str]) -> Value {

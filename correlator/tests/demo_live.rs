@@ -2,11 +2,9 @@
 //! and top cause, and the clean baseline no cause. Needs root + BPF + 2 CPUs
 //! (fails, not skips, with CI=true).
 
-mod common;
-
 use std::process::Command;
 
-use common::{BIN, live_or_skip, scratch};
+use crate::util::{BIN, scratch};
 use serde_json::Value;
 
 const SCENARIOS: [&str; 9] = [
@@ -21,45 +19,43 @@ const SCENARIOS: [&str; 9] = [
     "softirq",
 ];
 
-#[test]
-fn every_injected_cause_is_named() {
-    if !live_or_skip("every_injected_cause_is_named") {
-        return;
-    }
-    let dir = scratch("demo");
-    // The softirq scenario steers loopback receive work with RPS and must
-    // put the setting back.
-    let rps = "/sys/class/net/lo/queues/rx-0/rps_cpus";
-    let rps_before = std::fs::read_to_string(rps).expect("rps_cpus");
-    let mut wrong = Vec::new();
-    for s in SCENARIOS {
-        let json = dir.join(format!("{s}.outcome.json"));
-        let out = Command::new(BIN)
-            .args(["demo", "--scenario", s, "--out"])
-            .arg(&dir)
-            .arg("--json")
-            .arg(&json)
-            .output()
-            .expect("demo");
-        let text = String::from_utf8_lossy(&out.stdout);
-        eprintln!("{text}");
-        let outcomes: Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).expect("outcome")).expect("json");
-        let o = &outcomes[0];
-        if o["correct"] != true || !out.status.success() {
-            wrong.push(format!(
-                "{s}: expected {} / {}, detected {} / {}",
-                o["expected_signature"],
-                o["expected_cause"],
-                o["detected_signature"],
-                o["detected_cause"]
-            ));
+live_test! {
+    fn every_injected_cause_is_named() {
+        let dir = scratch("demo");
+        // The softirq scenario steers loopback receive work with RPS and must
+        // put the setting back.
+        let rps = "/sys/class/net/lo/queues/rx-0/rps_cpus";
+        let rps_before = std::fs::read_to_string(rps).expect("rps_cpus");
+        let mut wrong = Vec::new();
+        for s in SCENARIOS {
+            let json = dir.join(format!("{s}.outcome.json"));
+            let out = Command::new(BIN)
+                .args(["demo", "--scenario", s, "--out"])
+                .arg(&dir)
+                .arg("--json")
+                .arg(&json)
+                .output()
+                .expect("demo");
+            let text = String::from_utf8_lossy(&out.stdout);
+            eprintln!("{text}");
+            let outcomes: Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).expect("outcome")).expect("json");
+            let o = &outcomes[0];
+            if o["correct"] != true || !out.status.success() {
+                wrong.push(format!(
+                    "{s}: expected {} / {}, detected {} / {}",
+                    o["expected_signature"],
+                    o["expected_cause"],
+                    o["detected_signature"],
+                    o["detected_cause"]
+                ));
+            }
         }
+        assert!(wrong.is_empty(), "misattributed: {wrong:#?}");
+        assert_eq!(
+            std::fs::read_to_string(rps).expect("rps_cpus"),
+            rps_before,
+            "the softirq scenario left RPS changed"
+        );
     }
-    assert!(wrong.is_empty(), "misattributed: {wrong:#?}");
-    assert_eq!(
-        std::fs::read_to_string(rps).expect("rps_cpus"),
-        rps_before,
-        "the softirq scenario left RPS changed"
-    );
 }

@@ -3,14 +3,12 @@
 //! knob settings are restored after Ctrl-C and, via the state file and
 //! `--restore`, after SIGKILL. Needs root (fails, not skips, with CI=true).
 
-mod common;
-
 use std::{
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use common::{BIN, Proc, demo_server, live_or_skip, scratch};
+use crate::util::{BIN, Proc, demo_server, scratch};
 use serde_json::Value;
 
 fn experiment(pid: u32, addr: &str, extra: &[&str], out: &std::path::Path) -> Value {
@@ -55,63 +53,59 @@ fn affinity(pid: u32) -> String {
         .to_string()
 }
 
-#[test]
-fn stopping_a_cpu_hog_improves_p99() {
-    if !live_or_skip("stopping_a_cpu_hog_improves_p99") {
-        return;
+live_test! {
+    fn stopping_a_cpu_hog_improves_p99() {
+        let dir = scratch("exp-stop");
+        let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
+        let hog = Proc(
+            Command::new(BIN)
+                .args(["demo-hog", "--cpu", "1", "--continuous", "--nice", "-20"])
+                .spawn()
+                .expect("hog"),
+        );
+        let hog_pid = hog.0.id();
+        let r = experiment(
+            server.0.id(),
+            &addr,
+            &["--knob", &format!("stop={hog_pid}")],
+            &dir.join("r.json"),
+        );
+        let t = test_for(&r, 99.0);
+        eprintln!("{t}");
+        assert!(
+            t["verdict"]
+                .as_str()
+                .expect("verdict")
+                .starts_with("improvement"),
+            "{t}"
+        );
+        assert!(
+            t["ci_high_pct"].as_f64().expect("ci") < 0.0,
+            "CI must exclude zero: {t}"
+        );
+        assert!(t["p_value"].as_f64().expect("p") < t["alpha"].as_f64().expect("alpha"));
+        // The hog runs again (SIGCONT on restore).
+        let state = std::fs::read_to_string(format!("/proc/{hog_pid}/status")).expect("hog status");
+        assert!(!state.contains("State:\tT"), "hog left stopped");
     }
-    let dir = scratch("exp-stop");
-    let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
-    let hog = Proc(
-        Command::new(BIN)
-            .args(["demo-hog", "--cpu", "1", "--continuous", "--nice", "-20"])
-            .spawn()
-            .expect("hog"),
-    );
-    let hog_pid = hog.0.id();
-    let r = experiment(
-        server.0.id(),
-        &addr,
-        &["--knob", &format!("stop={hog_pid}")],
-        &dir.join("r.json"),
-    );
-    let t = test_for(&r, 99.0);
-    eprintln!("{t}");
-    assert!(
-        t["verdict"]
-            .as_str()
-            .expect("verdict")
-            .starts_with("improvement"),
-        "{t}"
-    );
-    assert!(
-        t["ci_high_pct"].as_f64().expect("ci") < 0.0,
-        "CI must exclude zero: {t}"
-    );
-    assert!(t["p_value"].as_f64().expect("p") < t["alpha"].as_f64().expect("alpha"));
-    // The hog runs again (SIGCONT on restore).
-    let state = std::fs::read_to_string(format!("/proc/{hog_pid}/status")).expect("hog status");
-    assert!(!state.contains("State:\tT"), "hog left stopped");
 }
 
-#[test]
-fn aa_experiment_finds_no_difference() {
-    if !live_or_skip("aa_experiment_finds_no_difference") {
-        return;
+live_test! {
+    fn aa_experiment_finds_no_difference() {
+        let dir = scratch("exp-aa");
+        let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
+        // α = 0.01 (0.005 per percentile after Bonferroni): an A/A test is
+        // significant in α of runs by construction; this keeps that to 1 in 200.
+        let r = experiment(
+            server.0.id(),
+            &addr,
+            &["--apply", "true", "--revert", "true", "--alpha", "0.01"],
+            &dir.join("aa.json"),
+        );
+        let t = test_for(&r, 99.0);
+        eprintln!("{t}");
+        assert_eq!(t["verdict"], "no significant difference", "{t}");
     }
-    let dir = scratch("exp-aa");
-    let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
-    // α = 0.01 (0.005 per percentile after Bonferroni): an A/A test is
-    // significant in α of runs by construction; this keeps that to 1 in 200.
-    let r = experiment(
-        server.0.id(),
-        &addr,
-        &["--apply", "true", "--revert", "true", "--alpha", "0.01"],
-        &dir.join("aa.json"),
-    );
-    let t = test_for(&r, 99.0);
-    eprintln!("{t}");
-    assert_eq!(t["verdict"], "no significant difference", "{t}");
 }
 
 /// Starts an experiment that pins the server to CPU 0 for B; returns once a
@@ -150,121 +144,115 @@ fn start_pinning_experiment(pid: u32, addr: &str, state: &std::path::Path) -> Ch
     child
 }
 
-#[test]
-fn sigkill_then_restore_puts_the_setting_back() {
-    if !live_or_skip("sigkill_then_restore_puts_the_setting_back") {
-        return;
-    }
-    let dir = scratch("exp-kill");
-    let state = dir.join("state.json");
-    let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
-    let pid = server.0.id();
-    assert_eq!(affinity(pid), "1");
-    let mut child = start_pinning_experiment(pid, &addr, &state);
-    assert_eq!(affinity(pid), "0", "B pins the server to CPU 0");
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
-    assert_eq!(affinity(pid), "0", "SIGKILL cannot restore");
-    assert!(state.exists());
-    let out = Command::new(BIN)
-        .args(["experiment", "--restore", "--state-file"])
-        .arg(&state)
-        .output()
-        .expect("restore");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(affinity(pid), "1", "--restore puts it back");
-    assert!(!state.exists());
-    // Nothing left to restore: a clear error.
-    let out = Command::new(BIN)
-        .args(["experiment", "--restore", "--state-file"])
-        .arg(&state)
-        .output()
-        .expect("restore");
-    assert!(!out.status.success());
-}
-
-#[test]
-fn ctrl_c_and_sigterm_restore() {
-    if !live_or_skip("ctrl_c_and_sigterm_restore") {
-        return;
-    }
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        let dir = scratch(&format!("exp-sig{sig}"));
+live_test! {
+    fn sigkill_then_restore_puts_the_setting_back() {
+        let dir = scratch("exp-kill");
         let state = dir.join("state.json");
         let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
         let pid = server.0.id();
+        assert_eq!(affinity(pid), "1");
         let mut child = start_pinning_experiment(pid, &addr, &state);
-        assert_eq!(affinity(pid), "0");
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(child.id() as i32, sig) };
-        let status = child.wait().expect("wait");
+        assert_eq!(affinity(pid), "0", "B pins the server to CPU 0");
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        assert_eq!(affinity(pid), "0", "SIGKILL cannot restore");
+        assert!(state.exists());
+        let out = Command::new(BIN)
+            .args(["experiment", "--restore", "--state-file"])
+            .arg(&state)
+            .output()
+            .expect("restore");
         assert!(
-            !status.success(),
-            "an interrupted experiment exits non-zero"
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
         );
-        assert_eq!(affinity(pid), "1", "signal {sig}: restored");
+        assert_eq!(affinity(pid), "1", "--restore puts it back");
         assert!(!state.exists());
+        // Nothing left to restore: a clear error.
+        let out = Command::new(BIN)
+            .args(["experiment", "--restore", "--state-file"])
+            .arg(&state)
+            .output()
+            .expect("restore");
+        assert!(!out.status.success());
     }
 }
 
-/// Error path: the target dies during a B repetition; the experiment fails
-/// with a clear message and the knob (a stopped neighbour) is restored.
-#[test]
-fn target_death_restores_the_knob() {
-    if !live_or_skip("target_death_restores_the_knob") {
-        return;
+live_test! {
+    fn ctrl_c_and_sigterm_restore() {
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            let dir = scratch(&format!("exp-sig{sig}"));
+            let state = dir.join("state.json");
+            let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
+            let pid = server.0.id();
+            let mut child = start_pinning_experiment(pid, &addr, &state);
+            assert_eq!(affinity(pid), "0");
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(child.id() as i32, sig) };
+            let status = child.wait().expect("wait");
+            assert!(
+                !status.success(),
+                "an interrupted experiment exits non-zero"
+            );
+            assert_eq!(affinity(pid), "1", "signal {sig}: restored");
+            assert!(!state.exists());
+        }
     }
-    let dir = scratch("exp-death");
-    let state = dir.join("state.json");
-    let (mut server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
-    let sleeper = Proc(Command::new("sleep").arg("600").spawn().expect("sleep"));
-    let child = Command::new(BIN)
-        .args([
-            "experiment",
-            "--pid",
-            &server.0.id().to_string(),
-            "--load",
-            &format!("tcp://{addr}"),
-        ])
-        .args(["--rate", "2000", "--reps", "3", "--rep-duration", "3s"])
-        .args(["--knob", &format!("stop={}", sleeper.0.id())])
-        .arg("--state-file")
-        .arg(&state)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("experiment");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !state.exists() {
-        assert!(Instant::now() < deadline, "no B repetition started");
-        std::thread::sleep(Duration::from_millis(50));
+}
+
+live_test! {
+    /// Error path: the target dies during a B repetition; the experiment fails
+    /// with a clear message and the knob (a stopped neighbour) is restored.
+    fn target_death_restores_the_knob() {
+        let dir = scratch("exp-death");
+        let state = dir.join("state.json");
+        let (mut server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
+        let sleeper = Proc(Command::new("sleep").arg("600").spawn().expect("sleep"));
+        let child = Command::new(BIN)
+            .args([
+                "experiment",
+                "--pid",
+                &server.0.id().to_string(),
+                "--load",
+                &format!("tcp://{addr}"),
+            ])
+            .args(["--rate", "2000", "--reps", "3", "--rep-duration", "3s"])
+            .args(["--knob", &format!("stop={}", sleeper.0.id())])
+            .arg("--state-file")
+            .arg(&state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("experiment");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !state.exists() {
+            assert!(Instant::now() < deadline, "no B repetition started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let sleeper_state =
+            || std::fs::read_to_string(format!("/proc/{}/status", sleeper.0.id())).expect("status");
+        // The state file is written before the knob is applied (so a crash
+        // while applying can still be undone), and SIGSTOP takes effect when
+        // the sleeping neighbour next runs: wait for it, boundedly.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !sleeper_state().contains("State:\tT") {
+            assert!(Instant::now() < deadline, "B stops the neighbour");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server.0.kill().expect("kill server");
+        let _ = server.0.wait();
+        let out = child.wait_with_output().expect("experiment exit");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.contains("exited") || err.contains("no process"),
+            "{err}"
+        );
+        assert!(
+            !sleeper_state().contains("State:\tT"),
+            "the neighbour was left stopped"
+        );
+        assert!(!state.exists());
     }
-    let sleeper_state =
-        || std::fs::read_to_string(format!("/proc/{}/status", sleeper.0.id())).expect("status");
-    // The state file is written before the knob is applied (so a crash
-    // while applying can still be undone), and SIGSTOP takes effect when
-    // the sleeping neighbour next runs: wait for it, boundedly.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !sleeper_state().contains("State:\tT") {
-        assert!(Instant::now() < deadline, "B stops the neighbour");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    server.0.kill().expect("kill server");
-    let _ = server.0.wait();
-    let out = child.wait_with_output().expect("experiment exit");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("exited") || err.contains("no process"),
-        "{err}"
-    );
-    assert!(
-        !sleeper_state().contains("State:\tT"),
-        "the neighbour was left stopped"
-    );
-    assert!(!state.exists());
 }

@@ -4,8 +4,6 @@
 //! answering garbage). Real servers are required in CI (CI=true): a missing
 //! one fails the test instead of skipping it.
 
-mod common;
-
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::TcpListener,
@@ -13,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{BIN, Proc, debian_binary, free_port, scratch, wait_listening};
+use crate::util::{BIN, Proc, debian_binary, free_port, scratch, wait_listening};
 use serde_json::Value;
 
 fn test_server(stall_every: u64, stall: &str) -> (Proc, String) {

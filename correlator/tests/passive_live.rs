@@ -5,13 +5,9 @@
 //! counted and timed by the caller). Needs root + BPF (fails, not skips,
 //! with CI=true) and redis-server / memcached from xtask/setup.sh.
 
-mod common;
-
 use std::process::{Command, Stdio};
 
-use common::{
-    BIN, Proc, debian_binary, demo_server, free_port, live_or_skip, scratch, wait_listening,
-};
+use crate::util::{BIN, Proc, debian_binary, demo_server, free_port, scratch, wait_listening};
 use serde_json::Value;
 
 /// `correlator run --syscalls` against `url`; returns the report JSON.
@@ -91,161 +87,155 @@ fn check_counts_and_p50(report: &Value, name: &str) {
     assert_eq!(s["stats"]["lost"], 0, "{name}");
 }
 
-#[test]
-fn syscalls_count_redis_requests() {
-    if !live_or_skip("syscalls_count_redis_requests") {
-        return;
+live_test! {
+    fn syscalls_count_redis_requests() {
+        let Some(redis) = debian_binary("/usr/bin/redis-server", "syscalls_count_redis_requests")
+        else {
+            return;
+        };
+        let port = free_port();
+        let server = Proc(
+            Command::new("taskset")
+                .args(["-c", "1", &redis, "--port", &port.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis"),
+        );
+        wait_listening(port);
+        let url = format!("redis://127.0.0.1:{port}");
+        let report = run_with_syscalls(server.0.id(), &url, "passive-redis", &[]);
+        check_counts_and_p50(&report, "redis");
     }
-    let Some(redis) = debian_binary("/usr/bin/redis-server", "syscalls_count_redis_requests")
-    else {
-        return;
-    };
-    let port = free_port();
-    let server = Proc(
-        Command::new("taskset")
-            .args(["-c", "1", &redis, "--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis"),
-    );
-    wait_listening(port);
-    let url = format!("redis://127.0.0.1:{port}");
-    let report = run_with_syscalls(server.0.id(), &url, "passive-redis", &[]);
-    check_counts_and_p50(&report, "redis");
 }
 
-#[test]
-fn syscalls_count_memcached_requests() {
-    if !live_or_skip("syscalls_count_memcached_requests") {
-        return;
+live_test! {
+    fn syscalls_count_memcached_requests() {
+        let Some(memcached) = debian_binary("/usr/bin/memcached", "syscalls_count_memcached_requests")
+        else {
+            return;
+        };
+        let port = free_port();
+        let server = Proc(
+            Command::new("taskset")
+                .args([
+                    "-c",
+                    "1",
+                    &memcached,
+                    "-l",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                ])
+                .args(["-U", "0", "-u", "root", "-t", "1"])
+                .spawn()
+                .expect("memcached"),
+        );
+        wait_listening(port);
+        let url = format!("memcache://127.0.0.1:{port}");
+        let report = run_with_syscalls(
+            server.0.id(),
+            &url,
+            "passive-memcached",
+            &["--op", "get", "--keys", "100"],
+        );
+        check_counts_and_p50(&report, "memcached");
     }
-    let Some(memcached) = debian_binary("/usr/bin/memcached", "syscalls_count_memcached_requests")
-    else {
-        return;
-    };
-    let port = free_port();
-    let server = Proc(
-        Command::new("taskset")
-            .args([
-                "-c",
-                "1",
-                &memcached,
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
-            .args(["-U", "0", "-u", "root", "-t", "1"])
-            .spawn()
-            .expect("memcached"),
-    );
-    wait_listening(port);
-    let url = format!("memcache://127.0.0.1:{port}");
-    let report = run_with_syscalls(
-        server.0.id(),
-        &url,
-        "passive-memcached",
-        &["--op", "get", "--keys", "100"],
-    );
-    check_counts_and_p50(&report, "memcached");
 }
 
-/// A lock held 10-20 ms on the request path, with the demo server's own
-/// log of when it held it as ground truth: every hold inside the measured
-/// window delays requests at the client past the 8 ms SLO (a client
-/// episode), and every client episode a hold produced is also an episode of
-/// the server-side latency. Client episodes without a hold (a VM hiccup
-/// while the server sat idle) are invisible server-side by construction,
-/// so they are not counted.
-#[test]
-fn syscalls_see_the_injected_stalls() {
-    if !live_or_skip("syscalls_see_the_injected_stalls") {
-        return;
-    }
-    let dir = scratch("passive-stall-events");
-    let log = dir.join("events.jsonl");
-    let (server, addr) = demo_server(&[
-        "--scenario",
-        "blocking",
-        "--cpu",
-        "1",
-        "--every",
-        "300ms",
-        "--events",
-        log.to_str().expect("utf-8 path"),
-    ]);
-    let report = run_with_syscalls(
-        server.0.id(),
-        &format!("tcp://{addr}"),
-        "passive-stall",
-        &["--slo", "8ms"],
-    );
-    drop(server);
-    let holds: Vec<(u64, u64)> = std::fs::read_to_string(&log)
-        .expect("event log")
-        .lines()
-        .map(|l| {
-            let e: Value = serde_json::from_str(l).expect("event line");
+live_test! {
+    /// A lock held 10-20 ms on the request path, with the demo server's own
+    /// log of when it held it as ground truth: every hold inside the measured
+    /// window delays requests at the client past the 8 ms SLO (a client
+    /// episode), and every client episode a hold produced is also an episode of
+    /// the server-side latency. Client episodes without a hold (a VM hiccup
+    /// while the server sat idle) are invisible server-side by construction,
+    /// so they are not counted.
+    fn syscalls_see_the_injected_stalls() {
+        let dir = scratch("passive-stall-events");
+        let log = dir.join("events.jsonl");
+        let (server, addr) = demo_server(&[
+            "--scenario",
+            "blocking",
+            "--cpu",
+            "1",
+            "--every",
+            "300ms",
+            "--events",
+            log.to_str().expect("utf-8 path"),
+        ]);
+        let report = run_with_syscalls(
+            server.0.id(),
+            &format!("tcp://{addr}"),
+            "passive-stall",
+            &["--slo", "8ms"],
+        );
+        drop(server);
+        let holds: Vec<(u64, u64)> = std::fs::read_to_string(&log)
+            .expect("event log")
+            .lines()
+            .map(|l| {
+                let e: Value = serde_json::from_str(l).expect("event line");
+                (
+                    e["start_ns"].as_u64().expect("start"),
+                    e["end_ns"].as_u64().expect("end"),
+                )
+            })
+            .collect();
+        let phases = report["latency"]["phases"].as_array().expect("phases");
+        let measured = |(a, b): (u64, u64)| {
+            phases.iter().any(|p| {
+                a >= p["start_ns"].as_u64().expect("phase start")
+                    && b <= p["end_ns"].as_u64().expect("phase end")
+            })
+        };
+        let episodes = report["episodes"].as_array().expect("episodes");
+        let seen = report["server_side"]["episodes_seen"]
+            .as_array()
+            .expect("episodes_seen");
+        let window = |e: &Value| {
             (
-                e["start_ns"].as_u64().expect("start"),
-                e["end_ns"].as_u64().expect("end"),
+                e["start_ns"].as_u64().expect("episode start"),
+                e["end_ns"].as_u64().expect("episode end"),
             )
-        })
-        .collect();
-    let phases = report["latency"]["phases"].as_array().expect("phases");
-    let measured = |(a, b): (u64, u64)| {
-        phases.iter().any(|p| {
-            a >= p["start_ns"].as_u64().expect("phase start")
-                && b <= p["end_ns"].as_u64().expect("phase end")
-        })
-    };
-    let episodes = report["episodes"].as_array().expect("episodes");
-    let seen = report["server_side"]["episodes_seen"]
-        .as_array()
-        .expect("episodes_seen");
-    let window = |e: &Value| {
-        (
-            e["start_ns"].as_u64().expect("episode start"),
-            e["end_ns"].as_u64().expect("episode end"),
-        )
-    };
-    let overlaps = |(a, b): (u64, u64), (c, d): (u64, u64)| a <= d && c <= b;
-    let holds: Vec<(u64, u64)> = holds.into_iter().filter(|&h| measured(h)).collect();
-    let unnoticed: Vec<_> = holds
-        .iter()
-        .filter(|&&h| !episodes.iter().any(|e| overlaps(h, window(e))))
-        .collect();
-    let unseen: Vec<_> = episodes
-        .iter()
-        .zip(seen)
-        .filter(|(e, _)| holds.iter().any(|&h| overlaps(h, window(e))))
-        .filter(|(_, s)| !s.as_bool().expect("bool"))
-        .map(|(e, _)| e)
-        .collect();
-    eprintln!(
-        "stall: {} lock holds in the measured window, {} client episodes ({} without a client episode), {} of the holds' episodes not seen server-side; {} server-side episodes",
-        holds.len(),
-        episodes.len(),
-        unnoticed.len(),
-        unseen.len(),
-        report["server_side"]["server_episodes"]
-    );
-    assert!(holds.len() >= 4, "only {} lock holds", holds.len());
-    assert!(
-        unnoticed.is_empty(),
-        "lock holds without a client episode: {unnoticed:?}"
-    );
-    assert!(
-        unseen.is_empty(),
-        "lock episodes missing server-side: {unseen:#?}"
-    );
+        };
+        let overlaps = |(a, b): (u64, u64), (c, d): (u64, u64)| a <= d && c <= b;
+        let holds: Vec<(u64, u64)> = holds.into_iter().filter(|&h| measured(h)).collect();
+        let unnoticed: Vec<_> = holds
+            .iter()
+            .filter(|&&h| !episodes.iter().any(|e| overlaps(h, window(e))))
+            .collect();
+        let unseen: Vec<_> = episodes
+            .iter()
+            .zip(seen)
+            .filter(|(e, _)| holds.iter().any(|&h| overlaps(h, window(e))))
+            .filter(|(_, s)| !s.as_bool().expect("bool"))
+            .map(|(e, _)| e)
+            .collect();
+        eprintln!(
+            "stall: {} lock holds in the measured window, {} client episodes ({} without a client episode), {} of the holds' episodes not seen server-side; {} server-side episodes",
+            holds.len(),
+            episodes.len(),
+            unnoticed.len(),
+            unseen.len(),
+            report["server_side"]["server_episodes"]
+        );
+        assert!(holds.len() >= 4, "only {} lock holds", holds.len());
+        assert!(
+            unnoticed.is_empty(),
+            "lock holds without a client episode: {unnoticed:?}"
+        );
+        assert!(
+            unseen.is_empty(),
+            "lock episodes missing server-side: {unseen:#?}"
+        );
+    }
 }
 
 fn workload_calls(extra: &[&str], name: &str) -> (Value, Value) {
     let dir = scratch(name);
-    let mut w = common::Workload::spawn(&["--calls", "2000", "--call-us", "200"]);
-    let rec = common::Recorder::start(
+    let mut w = crate::util::Workload::spawn(&["--calls", "2000", "--call-us", "200"]);
+    let rec = crate::util::Recorder::start(
         w.pid(),
         dir.join("u.run"),
         &[
@@ -268,38 +258,36 @@ fn workload_calls(extra: &[&str], name: &str) -> (Value, Value) {
     (work["calls"].clone(), summary["server_latency"].clone())
 }
 
-/// Every call counted; each timed between the function's own body time and
-/// the caller's time around the call, whose difference is the probe's
-/// measured cost per call.
-#[test]
-fn uprobe_counts_and_times_calls() {
-    if !live_or_skip("uprobe_counts_and_times_calls") {
-        return;
-    }
-    let (calls, server) = workload_calls(&[], "uprobe");
-    let body = calls["body_p50_ns"].as_u64().expect("body");
-    let around = calls["around_p50_ns"].as_u64().expect("around");
-    let measured = p50(&server);
-    eprintln!(
-        "uprobe: {} requests, {} calls; p50 body {body} ≤ probe {measured} ≤ around {around} (probe cost {} ns/call)",
-        server["requests"],
-        server["calls"],
-        around - body
-    );
-    assert_eq!(server["requests"], 2000);
-    assert_eq!(server["calls"], 2000);
-    // HdrHistogram keeps 3 significant digits: ±0.1%.
-    assert!(
-        measured as f64 >= body as f64 * 0.999,
-        "{measured} < body {body}"
-    );
-    assert!(
-        measured as f64 <= around as f64 * 1.001,
-        "{measured} > around {around}"
-    );
+live_test! {
+    /// Every call counted; each timed between the function's own body time and
+    /// the caller's time around the call, whose difference is the probe's
+    /// measured cost per call.
+    fn uprobe_counts_and_times_calls() {
+        let (calls, server) = workload_calls(&[], "uprobe");
+        let body = calls["body_p50_ns"].as_u64().expect("body");
+        let around = calls["around_p50_ns"].as_u64().expect("around");
+        let measured = p50(&server);
+        eprintln!(
+            "uprobe: {} requests, {} calls; p50 body {body} ≤ probe {measured} ≤ around {around} (probe cost {} ns/call)",
+            server["requests"],
+            server["calls"],
+            around - body
+        );
+        assert_eq!(server["requests"], 2000);
+        assert_eq!(server["calls"], 2000);
+        // HdrHistogram keeps 3 significant digits: ±0.1%.
+        assert!(
+            measured as f64 >= body as f64 * 0.999,
+            "{measured} < body {body}"
+        );
+        assert!(
+            measured as f64 <= around as f64 * 1.001,
+            "{measured} > around {around}"
+        );
 
-    // Sampling: one call in 10 timed, all counted.
-    let (_, sampled) = workload_calls(&["--uprobe-every", "10"], "uprobe-every");
-    assert_eq!(sampled["requests"], 200);
-    assert_eq!(sampled["calls"], 2000);
+        // Sampling: one call in 10 timed, all counted.
+        let (_, sampled) = workload_calls(&["--uprobe-every", "10"], "uprobe-every");
+        assert_eq!(sampled["requests"], 200);
+        assert_eq!(sampled["calls"], 2000);
+    }
 }

@@ -2,14 +2,12 @@
 //! injected cause names the right signature and top cause. Needs root + BPF
 //! (fails, not skips, with CI=true).
 
-mod common;
-
 use std::{
     path::Path,
     process::{Command, Stdio},
 };
 
-use common::{BIN, Proc, demo_server, live_or_skip, scratch};
+use crate::util::{BIN, Proc, demo_server, scratch};
 use serde_json::Value;
 
 fn run(pid: u32, addr: &str, out: &Path, extra: &[&str]) -> Value {
@@ -41,103 +39,99 @@ fn causes(r: &Value) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn periodic_page_fault_bursts_are_named() {
-    if !live_or_skip("periodic_page_fault_bursts_are_named") {
-        return;
+live_test! {
+    fn periodic_page_fault_bursts_are_named() {
+        let dir = scratch("run-periodic");
+        let (server, addr) =
+            demo_server(&["--scenario", "periodic", "--period", "300ms", "--cpu", "1"]);
+        let out = dir.join("report.json");
+        let r = run(
+            server.0.id(),
+            &addr,
+            &out,
+            &["--html", dir.join("r.html").to_str().expect("utf8")],
+        );
+        eprintln!("{}", r["classification"]);
+        assert_eq!(r["schema"], "correlator.report/v2");
+        assert_eq!(r["classification"]["signature"], "periodic");
+        let period = r["classification"]["period_ms"].as_f64().expect("period");
+        assert!((285.0..=315.0).contains(&period), "period {period}");
+        assert_eq!(causes(&r)[0], "page_faults", "{}", r["classification"]);
+        // The report's required fields.
+        assert!(
+            r["latency"]["percentiles"]
+                .as_array()
+                .is_some_and(|p| p.len() == 5)
+        );
+        assert!(r["latency"]["max_ns"].as_u64().is_some());
+        assert!(
+            r["events"]["page_faults_minor"]
+                .as_u64()
+                .is_some_and(|n| n > 10_000)
+        );
+        assert!(r["events"]["lost"].as_u64().is_some());
+        assert!(r["episodes"].as_array().is_some_and(|e| e.len() >= 15));
+        assert!(
+            r["overhead"]["programs"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+        );
+        let html = std::fs::read_to_string(dir.join("r.html")).expect("html");
+        assert!(html.contains("<svg") && html.contains("PERIODIC"));
+
+        // The saved run re-analysed gives the same classification.
+        let again = dir.join("again.json");
+        let status = Command::new(BIN)
+            .arg("report")
+            .arg(dir.join("report.run"))
+            .arg("--out")
+            .arg(&again)
+            .stdout(Stdio::null())
+            .status()
+            .expect("report");
+        assert!(status.success());
+        let r2: Value =
+            serde_json::from_str(&std::fs::read_to_string(&again).expect("again")).expect("json");
+        assert_eq!(r2["classification"], r["classification"]);
+
+        // Two runs merged: counts add up (histograms merged, not averaged).
+        let out = Command::new(BIN)
+            .arg("merge")
+            .arg(dir.join("report.run"))
+            .arg(dir.join("report.run"))
+            .arg("--json")
+            .output()
+            .expect("merge");
+        assert!(out.status.success());
+        let m: Value = serde_json::from_slice(&out.stdout).expect("merge json");
+        assert_eq!(
+            m["latency"]["count"].as_u64(),
+            r["latency"]["count"].as_u64().map(|c| 2 * c)
+        );
     }
-    let dir = scratch("run-periodic");
-    let (server, addr) =
-        demo_server(&["--scenario", "periodic", "--period", "300ms", "--cpu", "1"]);
-    let out = dir.join("report.json");
-    let r = run(
-        server.0.id(),
-        &addr,
-        &out,
-        &["--html", dir.join("r.html").to_str().expect("utf8")],
-    );
-    eprintln!("{}", r["classification"]);
-    assert_eq!(r["schema"], "correlator.report/v2");
-    assert_eq!(r["classification"]["signature"], "periodic");
-    let period = r["classification"]["period_ms"].as_f64().expect("period");
-    assert!((285.0..=315.0).contains(&period), "period {period}");
-    assert_eq!(causes(&r)[0], "page_faults", "{}", r["classification"]);
-    // The report's required fields.
-    assert!(
-        r["latency"]["percentiles"]
-            .as_array()
-            .is_some_and(|p| p.len() == 5)
-    );
-    assert!(r["latency"]["max_ns"].as_u64().is_some());
-    assert!(
-        r["events"]["page_faults_minor"]
-            .as_u64()
-            .is_some_and(|n| n > 10_000)
-    );
-    assert!(r["events"]["lost"].as_u64().is_some());
-    assert!(r["episodes"].as_array().is_some_and(|e| e.len() >= 15));
-    assert!(
-        r["overhead"]["programs"]
-            .as_array()
-            .is_some_and(|p| !p.is_empty())
-    );
-    let html = std::fs::read_to_string(dir.join("r.html")).expect("html");
-    assert!(html.contains("<svg") && html.contains("PERIODIC"));
-
-    // The saved run re-analysed gives the same classification.
-    let again = dir.join("again.json");
-    let status = Command::new(BIN)
-        .arg("report")
-        .arg(dir.join("report.run"))
-        .arg("--out")
-        .arg(&again)
-        .stdout(Stdio::null())
-        .status()
-        .expect("report");
-    assert!(status.success());
-    let r2: Value =
-        serde_json::from_str(&std::fs::read_to_string(&again).expect("again")).expect("json");
-    assert_eq!(r2["classification"], r["classification"]);
-
-    // Two runs merged: counts add up (histograms merged, not averaged).
-    let out = Command::new(BIN)
-        .arg("merge")
-        .arg(dir.join("report.run"))
-        .arg(dir.join("report.run"))
-        .arg("--json")
-        .output()
-        .expect("merge");
-    assert!(out.status.success());
-    let m: Value = serde_json::from_slice(&out.stdout).expect("merge json");
-    assert_eq!(
-        m["latency"]["count"].as_u64(),
-        r["latency"]["count"].as_u64().map(|c| 2 * c)
-    );
 }
 
-#[test]
-fn cpu_hog_on_the_servers_cpu_is_named() {
-    if !live_or_skip("cpu_hog_on_the_servers_cpu_is_named") {
-        return;
+live_test! {
+    fn cpu_hog_on_the_servers_cpu_is_named() {
+        let dir = scratch("run-hog");
+        let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
+        let _hog = Proc(
+            Command::new(BIN)
+                .args(["demo-hog", "--cpu", "1"])
+                .spawn()
+                .expect("hog"),
+        );
+        let r = run(server.0.id(), &addr, &dir.join("report.json"), &[]);
+        eprintln!("{}", r["classification"]);
+        assert_eq!(r["classification"]["signature"], "sporadic");
+        let c = &r["classification"]["causes"][0];
+        assert_eq!(c["cause"], "preemption", "{}", r["classification"]);
+        assert!(
+            c["evidence"]
+                .as_str()
+                .expect("evidence")
+                .contains("demo-hog"),
+            "{c}"
+        );
     }
-    let dir = scratch("run-hog");
-    let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
-    let _hog = Proc(
-        Command::new(BIN)
-            .args(["demo-hog", "--cpu", "1"])
-            .spawn()
-            .expect("hog"),
-    );
-    let r = run(server.0.id(), &addr, &dir.join("report.json"), &[]);
-    eprintln!("{}", r["classification"]);
-    assert_eq!(r["classification"]["signature"], "sporadic");
-    let c = &r["classification"]["causes"][0];
-    assert_eq!(c["cause"], "preemption", "{}", r["classification"]);
-    assert!(
-        c["evidence"]
-            .as_str()
-            .expect("evidence")
-            .contains("demo-hog"),
-        "{c}"
-    );
 }

@@ -4,9 +4,7 @@
 //! the recorder's per-syscall totals and off-CPU records must agree.
 //! Needs root + BPF (fails, not skips, with CI=true).
 
-mod common;
-
-use common::{Recorder, Workload, live_or_skip, scratch};
+use crate::util::{Recorder, Workload, scratch};
 use correlator::{harness::known_syscalls::Phase, runfile::RunFile, timeline::syscalls::Site};
 
 /// Runs the helper with `args` under the recorder; returns its phases and
@@ -34,101 +32,97 @@ fn within(ours: u64, truth: u64, rel: f64, abs_ns: u64) -> bool {
     ours.abs_diff(truth) as f64 <= rel * truth as f64 + abs_ns as f64
 }
 
-/// Kernel CPU time in read(2) of /dev/zero against the helper's CPU time
-/// for the batch, and off-CPU time in nanosleep against its wall time
-/// minus CPU time: within 5% + 1 ms.
-#[test]
-fn syscall_time_matches_the_helpers_own_timing() {
-    if !live_or_skip("syscall_time_matches_the_helpers_own_timing") {
-        return;
+live_test! {
+    /// Kernel CPU time in read(2) of /dev/zero against the helper's CPU time
+    /// for the batch, and off-CPU time in nanosleep against its wall time
+    /// minus CPU time: within 5% + 1 ms.
+    fn syscall_time_matches_the_helpers_own_timing() {
+        let (phases, run) = record("sys-time", &["--zero-reads", "4000", "--nanosleeps", "500"]);
+        let reads = phase(&phases, "zero_reads");
+        let read = &run.syscall_totals["read"];
+        eprintln!(
+            "read: ours {} calls, on CPU {:.1} ms; helper {} calls, CPU {:.1} ms",
+            read.calls,
+            read.on_cpu_ns as f64 / 1e6,
+            reads.calls,
+            reads.cpu_ns as f64 / 1e6
+        );
+        assert!(read.calls >= reads.calls as u64);
+        assert!(
+            within(read.on_cpu_ns, reads.cpu_ns, 0.05, 1_000_000),
+            "read on CPU: ours {} vs helper {}",
+            read.on_cpu_ns,
+            reads.cpu_ns
+        );
+        let sleeps = phase(&phases, "nanosleeps");
+        let sleep = &run.syscall_totals["nanosleep"];
+        let wall = sleeps.end_ns - sleeps.start_ns;
+        let off_truth = wall - sleeps.cpu_ns;
+        eprintln!(
+            "nanosleep: ours {} calls, off CPU {:.1} ms, on CPU {:.2} ms; helper wall {:.1} ms, CPU {:.2} ms",
+            sleep.calls,
+            sleep.offcpu_ns as f64 / 1e6,
+            sleep.on_cpu_ns as f64 / 1e6,
+            wall as f64 / 1e6,
+            sleeps.cpu_ns as f64 / 1e6
+        );
+        assert_eq!(sleep.calls, 500);
+        assert!(
+            within(sleep.offcpu_ns, off_truth, 0.05, 1_000_000),
+            "nanosleep off CPU: ours {} vs helper {off_truth}",
+            sleep.offcpu_ns
+        );
+        assert!(
+            sleep.on_cpu_ns <= sleeps.cpu_ns + 1_000_000,
+            "nanosleep on CPU: ours {} vs helper CPU {}",
+            sleep.on_cpu_ns,
+            sleeps.cpu_ns
+        );
     }
-    let (phases, run) = record("sys-time", &["--zero-reads", "4000", "--nanosleeps", "500"]);
-    let reads = phase(&phases, "zero_reads");
-    let read = &run.syscall_totals["read"];
-    eprintln!(
-        "read: ours {} calls, on CPU {:.1} ms; helper {} calls, CPU {:.1} ms",
-        read.calls,
-        read.on_cpu_ns as f64 / 1e6,
-        reads.calls,
-        reads.cpu_ns as f64 / 1e6
-    );
-    assert!(read.calls >= reads.calls as u64);
-    assert!(
-        within(read.on_cpu_ns, reads.cpu_ns, 0.05, 1_000_000),
-        "read on CPU: ours {} vs helper {}",
-        read.on_cpu_ns,
-        reads.cpu_ns
-    );
-    let sleeps = phase(&phases, "nanosleeps");
-    let sleep = &run.syscall_totals["nanosleep"];
-    let wall = sleeps.end_ns - sleeps.start_ns;
-    let off_truth = wall - sleeps.cpu_ns;
-    eprintln!(
-        "nanosleep: ours {} calls, off CPU {:.1} ms, on CPU {:.2} ms; helper wall {:.1} ms, CPU {:.2} ms",
-        sleep.calls,
-        sleep.offcpu_ns as f64 / 1e6,
-        sleep.on_cpu_ns as f64 / 1e6,
-        wall as f64 / 1e6,
-        sleeps.cpu_ns as f64 / 1e6
-    );
-    assert_eq!(sleep.calls, 500);
-    assert!(
-        within(sleep.offcpu_ns, off_truth, 0.05, 1_000_000),
-        "nanosleep off CPU: ours {} vs helper {off_truth}",
-        sleep.offcpu_ns
-    );
-    assert!(
-        sleep.on_cpu_ns <= sleeps.cpu_ns + 1_000_000,
-        "nanosleep on CPU: ours {} vs helper CPU {}",
-        sleep.on_cpu_ns,
-        sleeps.cpu_ns
-    );
 }
 
-/// fork() of a process with 512 MiB resident: the clone syscall's time
-/// against the helper's wall time around fork(), within 10%.
-#[test]
-fn fork_time_is_the_clone_syscalls() {
-    if !live_or_skip("fork_time_is_the_clone_syscalls") {
-        return;
+live_test! {
+    /// fork() of a process with 512 MiB resident: the clone syscall's time
+    /// against the helper's wall time around fork(), within 10%.
+    fn fork_time_is_the_clone_syscalls() {
+        let (phases, run) = record("fork", &["--fork-mib", "512"]);
+        let fork = phase(&phases, "fork");
+        let truth = fork.end_ns - fork.start_ns;
+        let clone = run
+            .syscall_totals
+            .get("clone")
+            .or_else(|| run.syscall_totals.get("clone3"))
+            .expect("a clone syscall");
+        // The long call has its own record, with its time on and off the CPU.
+        let record = run
+            .syscalls
+            .iter()
+            .filter(|s| s.start_ns >= fork.start_ns && s.end_ns <= fork.end_ns)
+            .max_by_key(|s| s.end_ns - s.start_ns)
+            .expect("a syscall record inside the fork");
+        eprintln!(
+            "fork: helper {:.2} ms; clone total {:.2} ms ({} calls), on CPU {:.2} ms; record {} {:.2} ms",
+            truth as f64 / 1e6,
+            clone.total_ns as f64 / 1e6,
+            clone.calls,
+            clone.on_cpu_ns as f64 / 1e6,
+            correlator::timeline::syscalls::name(record.nr),
+            (record.end_ns - record.start_ns) as f64 / 1e6
+        );
+        assert!(
+            truth >= 2_000_000,
+            "a 512 MiB fork should take ms ({truth} ns)"
+        );
+        assert!(
+            within(clone.total_ns, truth, 0.10, 0),
+            "clone: ours {} vs helper {truth}",
+            clone.total_ns
+        );
+        assert!(
+            within(record.end_ns - record.start_ns, truth, 0.10, 0),
+            "the record"
+        );
     }
-    let (phases, run) = record("fork", &["--fork-mib", "512"]);
-    let fork = phase(&phases, "fork");
-    let truth = fork.end_ns - fork.start_ns;
-    let clone = run
-        .syscall_totals
-        .get("clone")
-        .or_else(|| run.syscall_totals.get("clone3"))
-        .expect("a clone syscall");
-    // The long call has its own record, with its time on and off the CPU.
-    let record = run
-        .syscalls
-        .iter()
-        .filter(|s| s.start_ns >= fork.start_ns && s.end_ns <= fork.end_ns)
-        .max_by_key(|s| s.end_ns - s.start_ns)
-        .expect("a syscall record inside the fork");
-    eprintln!(
-        "fork: helper {:.2} ms; clone total {:.2} ms ({} calls), on CPU {:.2} ms; record {} {:.2} ms",
-        truth as f64 / 1e6,
-        clone.total_ns as f64 / 1e6,
-        clone.calls,
-        clone.on_cpu_ns as f64 / 1e6,
-        correlator::timeline::syscalls::name(record.nr),
-        (record.end_ns - record.start_ns) as f64 / 1e6
-    );
-    assert!(
-        truth >= 2_000_000,
-        "a 512 MiB fork should take ms ({truth} ns)"
-    );
-    assert!(
-        within(clone.total_ns, truth, 0.10, 0),
-        "clone: ours {} vs helper {truth}",
-        clone.total_ns
-    );
-    assert!(
-        within(record.end_ns - record.start_ns, truth, 0.10, 0),
-        "the record"
-    );
 }
 
 /// Blocked time of the helper's main thread (which does every phase; the
@@ -142,51 +136,49 @@ fn blocked_in(run: &RunFile, p: &Phase, site: Site) -> u64 {
         .sum()
 }
 
-/// A futex held by another thread is a lock wait, a pread of a file
-/// dropped from the page cache is I/O, an epoll_wait with nothing to wait
-/// for is idle, nanosleep is a sleep: each phase's blocked time is at
-/// least 80% its own site.
-#[test]
-fn wait_sites_are_classified() {
-    if !live_or_skip("wait_sites_are_classified") {
-        return;
-    }
-    let dir = std::env::current_dir().expect("cwd");
-    let (phases, run) = record(
-        "wait-sites",
-        &[
-            "--lock-wait-ms",
-            "200",
-            "--cold-read-mib",
-            "16",
-            "--idle-ms",
-            "200",
-            "--nanosleeps",
-            "100",
-            "--fault-dir",
-            dir.to_str().expect("utf-8 dir"),
-        ],
-    );
-    for (name, site) in [
-        ("lock_wait", Site::Lock),
-        ("cold_reads", Site::Io),
-        ("idle", Site::Idle),
-        ("nanosleeps", Site::Sleep),
-    ] {
-        let p = phase(&phases, name);
-        let all: u64 = Site::ALL.iter().map(|&s| blocked_in(&run, p, s)).sum();
-        let own = blocked_in(&run, p, site);
-        eprintln!(
-            "{name}: {:.1} ms blocked, {:.1} ms of it {}",
-            all as f64 / 1e6,
-            own as f64 / 1e6,
-            site.name()
+live_test! {
+    /// A futex held by another thread is a lock wait, a pread of a file
+    /// dropped from the page cache is I/O, an epoll_wait with nothing to wait
+    /// for is idle, nanosleep is a sleep: each phase's blocked time is at
+    /// least 80% its own site.
+    fn wait_sites_are_classified() {
+        let dir = std::env::current_dir().expect("cwd");
+        let (phases, run) = record(
+            "wait-sites",
+            &[
+                "--lock-wait-ms",
+                "200",
+                "--cold-read-mib",
+                "16",
+                "--idle-ms",
+                "200",
+                "--nanosleeps",
+                "100",
+                "--fault-dir",
+                dir.to_str().expect("utf-8 dir"),
+            ],
         );
-        assert!(all > 0, "{name}: no blocked time recorded");
-        assert!(
-            own as f64 >= 0.8 * all as f64,
-            "{name}: {own} of {all} ns classified {}",
-            site.name()
-        );
+        for (name, site) in [
+            ("lock_wait", Site::Lock),
+            ("cold_reads", Site::Io),
+            ("idle", Site::Idle),
+            ("nanosleeps", Site::Sleep),
+        ] {
+            let p = phase(&phases, name);
+            let all: u64 = Site::ALL.iter().map(|&s| blocked_in(&run, p, s)).sum();
+            let own = blocked_in(&run, p, site);
+            eprintln!(
+                "{name}: {:.1} ms blocked, {:.1} ms of it {}",
+                all as f64 / 1e6,
+                own as f64 / 1e6,
+                site.name()
+            );
+            assert!(all > 0, "{name}: no blocked time recorded");
+            assert!(
+                own as f64 >= 0.8 * all as f64,
+                "{name}: {own} of {all} ns classified {}",
+                site.name()
+            );
+        }
     }
 }

@@ -1,6 +1,5 @@
-//! Shared helpers for live tests: privilege gating, spawning the workload
-//! helper and the recorder.
-#![allow(dead_code)]
+//! Shared helpers of the integration tests: privilege gating, spawning the
+//! workload helper, the recorder and servers.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},

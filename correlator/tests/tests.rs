@@ -1,0 +1,32 @@
+//! correlator's integration tests, one binary (one link of the crate):
+//! command-line errors, compare, the load generator against real servers,
+//! and the live suites that need root and BPF (probes against the kernel's
+//! own counters, syscalls and wait sites, passive latency, run, demo,
+//! experiments). Live tests fail rather than skip when `CI=true`.
+
+/// A test that needs root and BPF: skipped, with the reason printed,
+/// outside CI; a failure when `CI=true`.
+macro_rules! live_test {
+    ($(#[$meta:meta])* fn $name:ident() $body:block) => {
+        $(#[$meta])*
+        #[test]
+        fn $name() {
+            if !$crate::util::live_or_skip(stringify!($name)) {
+                return;
+            }
+            $body
+        }
+    };
+}
+
+mod util;
+
+mod cli_errors;
+mod compare_cli;
+mod demo_live;
+mod experiment_live;
+mod loadgen;
+mod passive_live;
+mod probes_live;
+mod run_live;
+mod syscalls_live;

@@ -160,8 +160,14 @@ impl SyscallWork {
                 Ok(())
             })?);
             let mut status = 0;
-            // SAFETY: our own child, reaped outside the timed phase.
-            unsafe { libc::waitpid(child, &mut status, 0) };
+            // SAFETY: our own child, killed and reaped outside the timed
+            // phase (tearing down its copy of 512 MiB of page tables takes
+            // milliseconds: if it exited at once and ran on the parent's
+            // CPU, that would land inside the parent's timing).
+            unsafe {
+                libc::kill(child, libc::SIGKILL);
+                libc::waitpid(child, &mut status, 0);
+            }
             drop(region);
         }
         if self.lock_wait_ms > 0 {
@@ -197,16 +203,20 @@ impl Drop for ColdFile {
     }
 }
 
-/// Forks; the child exits at once. Returns the child's pid.
+/// Forks; the child waits, doing nothing, until it is killed. Returns the
+/// child's pid.
 fn fork() -> Result<libc::pid_t> {
-    // SAFETY: the child only calls _exit.
+    // SAFETY: the child only calls pause and _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         bail!("fork: {}", std::io::Error::last_os_error());
     }
     if pid == 0 {
-        // SAFETY: leave the child at once.
-        unsafe { libc::_exit(0) };
+        // SAFETY: async-signal-safe calls only.
+        unsafe {
+            libc::pause();
+            libc::_exit(0)
+        };
     }
     Ok(pid)
 }

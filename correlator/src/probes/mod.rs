@@ -2,8 +2,14 @@
 //! per-CPU buckets and the ring buffer into a [`Timeline`], and account for
 //! every event the kernel side could not deliver.
 
+mod attach;
 pub mod btf;
+mod totals;
 pub mod tracefs;
+
+pub use attach::{PERF_EVENTS, TRACEPOINTS};
+use attach::{ThreadTable, attach_all, attach_passive, bpf_stats_sysctl_on, load_error};
+pub use totals::{IRQ_KIND_NAMES, KernelTotals};
 
 use std::{os::fd::OwnedFd, time::Duration};
 
@@ -11,19 +17,12 @@ use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{
-        BtfTracePoint, PerfEvent, UProbe,
-        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        uprobe::UProbeScope,
-    },
     sys::{Stats, enable_stats},
-    util::online_cpus,
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, Config, CpuState, IrqKind, NUM_COUNTERS, NUM_IRQ_KINDS,
-    NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuRecord, RequestRecord, SOFTIRQ_NAMES, SYSCALL_SLOTS,
-    SyscallRecord, SyscallTotal, THREAD_SLOTS, TOTAL_IRQ_KIND_BASE, ThreadBucket, ThreadState,
-    Total,
+    BUCKET_SLOTS, Bucket, Config, CpuState, NUM_COUNTERS, NUM_IRQ_KINDS, NUM_SOFTIRQ_VECTORS,
+    NUM_TOTALS, OffCpuRecord, RequestRecord, SYSCALL_SLOTS, SyscallRecord, SyscallTotal,
+    TOTAL_IRQ_KIND_BASE, ThreadBucket, Total,
 };
 use serde::{Deserialize, Serialize};
 
@@ -36,49 +35,6 @@ use crate::{
 
 /// The compiled kernel programs, built by build.rs through aya-build.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/correlator"));
-
-/// BTF tracepoints attached (program name = tracepoint name). BTF
-/// tracepoints skip the classic tracepoints' formatting of every event into
-/// a perf buffer, which alone slowed a context-switch heavy load by ~10%.
-pub const TRACEPOINTS: [&str; 21] = [
-    "sys_enter",
-    "sys_exit",
-    "sched_switch",
-    "sched_wakeup",
-    "sched_migrate_task",
-    "task_newtask",
-    "sched_process_exit",
-    "irq_handler_entry",
-    "irq_handler_exit",
-    "softirq_entry",
-    "softirq_exit",
-    "local_timer_entry",
-    "local_timer_exit",
-    "reschedule_entry",
-    "reschedule_exit",
-    "call_function_entry",
-    "call_function_exit",
-    "call_function_single_entry",
-    "call_function_single_exit",
-    "irq_work_entry",
-    "irq_work_exit",
-];
-
-/// Software perf events with a program on every sample (period 1), one per CPU.
-pub const PERF_EVENTS: [(&str, SoftwareEvent); 2] = [
-    ("page_fault_minor", SoftwareEvent::PageFaultsMin),
-    ("page_fault_major", SoftwareEvent::PageFaultsMaj),
-];
-
-/// Names of the [`IrqKind`]s, index = kind.
-pub const IRQ_KIND_NAMES: [&str; NUM_IRQ_KINDS] = [
-    "device",
-    "local_timer",
-    "reschedule",
-    "call_function",
-    "call_function_single",
-    "irq_work",
-];
 
 /// What to watch and how finely.
 #[derive(Clone, Debug)]
@@ -135,25 +91,6 @@ pub struct ProgramCost {
     pub run_count: u64,
     pub run_time_ns: u64,
     pub ns_per_run: f64,
-}
-
-/// Everything the kernel side counted, summed over CPUs.
-#[derive(Clone, Debug, Default)]
-pub struct KernelTotals {
-    pub counters: [u64; NUM_COUNTERS],
-    pub ring_reserve_failed: u64,
-    pub thread_map_full: u64,
-    pub irq_kinds: [u64; NUM_IRQ_KINDS],
-    pub softirq_vectors: [u64; NUM_SOFTIRQ_VECTORS],
-    /// The kernel side's passive-latency counts (lost, unpaired, calls).
-    pub passive: PassiveStats,
-    /// Thread accounts and syscall records lost to a full ring buffer.
-    pub accounts_lost: u64,
-    pub syscall_records_lost: u64,
-    /// On-CPU samples taken of target threads.
-    pub samples: u64,
-    /// Per syscall number: calls, total and off-CPU time.
-    pub syscalls: Vec<(u32, SyscallTotal)>,
 }
 
 /// Attached probes for one target.
@@ -477,105 +414,10 @@ impl Probes {
     }
 }
 
-/// Userspace side of the kernel's direct-mapped thread table: the same
-/// placement rule as `track` in the eBPF programs.
-struct ThreadTable {
-    slots: Array<MapData, ThreadState>,
-    spill: HashMap<MapData, u32, ThreadState>,
-}
-
-impl ThreadTable {
-    fn track(&mut self, tid: u32, tgid: u32) -> Result<()> {
-        let index = tid & (THREAD_SLOTS - 1);
-        let slot = self.slots.get(&index, 0).context("reading THREADS")?;
-        if slot.tid == tid {
-            return Ok(());
-        }
-        let fresh = ThreadState {
-            tid,
-            tgid,
-            spill: slot.spill,
-            ..ThreadState::default()
-        };
-        if slot.tid == 0 {
-            self.slots
-                .set(index, &fresh, 0)
-                .context("writing THREADS")?;
-            return Ok(());
-        }
-        let flagged = ThreadState { spill: 1, ..slot };
-        self.slots
-            .set(index, &flagged, 0)
-            .context("writing THREADS")?;
-        // NOEXIST: keep state the kernel side may already have written.
-        let _ = self
-            .spill
-            .insert(&tid, &ThreadState { spill: 0, ..fresh }, 1);
-        Ok(())
-    }
-}
-
 /// `CORRELATOR_FLOOR_ONLY` set: every program returns at once (see
 /// `Config::floor_only`; for `cargo xtask bench probes`).
 pub fn floor_only_requested() -> bool {
     std::env::var_os("CORRELATOR_FLOOR_ONLY").is_some()
-}
-
-/// Attaches every program; without `context`, not the syscall and sample
-/// programs (a cost measurement only).
-fn attach_all(ebpf: &mut Ebpf, sample_period_ns: u64, context: bool) -> Result<()> {
-    let btf =
-        aya::Btf::from_sys_fs().context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")?;
-    for prog in TRACEPOINTS {
-        if !context && prog.starts_with("sys_") {
-            continue;
-        }
-        let program: &mut BtfTracePoint = ebpf
-            .program_mut(prog)
-            .with_context(|| format!("program {prog} missing from the eBPF object"))?
-            .try_into()?;
-        program.load(prog, &btf).map_err(|e| refused(prog, &e))?;
-        program
-            .attach()
-            .with_context(|| format!("cannot attach to BTF tracepoint {prog}"))?;
-    }
-    let cpus = online_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?;
-    for (prog, event) in PERF_EVENTS {
-        let program: &mut PerfEvent = ebpf
-            .program_mut(prog)
-            .with_context(|| format!("program {prog} missing from the eBPF object"))?
-            .try_into()?;
-        program.load().map_err(|e| refused(prog, &e))?;
-        for &cpu in &cpus {
-            program
-                .attach(
-                    PerfEventConfig::Software(event),
-                    PerfEventScope::AllProcessesOneCpu { cpu },
-                    SamplePolicy::Period(1),
-                    false,
-                )
-                .with_context(|| format!("cannot open software perf event {prog} on CPU {cpu}"))?;
-        }
-    }
-    if !context {
-        return Ok(());
-    }
-    let program: &mut PerfEvent = ebpf
-        .program_mut("cpu_sample")
-        .context("program cpu_sample missing from the eBPF object")?
-        .try_into()?;
-    program.load().map_err(|e| refused("cpu_sample", &e))?;
-    for &cpu in &cpus {
-        program
-            .attach(
-                PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                PerfEventScope::AllProcessesOneCpu { cpu },
-                SamplePolicy::Period(sample_period_ns),
-                false,
-            )
-            .with_context(|| format!("cannot open a cpu-clock perf event on CPU {cpu}"))?;
-    }
-    Ok(())
 }
 
 /// A task's name from /proc (the kernel side names only long runners);
@@ -593,98 +435,6 @@ fn task_name(names: &mut std::collections::HashMap<u32, String>, pid: u32) -> St
         })
         .clone()
 }
-
-/// Attaches the passive request-latency programs.
-fn attach_passive(ebpf: &mut Ebpf, source: &PassiveSource, pid: u32) -> Result<()> {
-    match source {
-        // sys_exit is always attached (syscall accounting); the flag in
-        // CONFIG turns its request pairing on.
-        PassiveSource::Syscalls => {}
-        PassiveSource::Uprobe { binary, symbol, .. } => {
-            let scope = UProbeScope::OneProcess(
-                std::num::NonZeroU32::new(pid).context("PID 0 cannot be probed")?,
-            );
-            for prog in ["call_entry", "call_return"] {
-                let program: &mut UProbe = ebpf
-                    .program_mut(prog)
-                    .with_context(|| format!("program {prog} missing from the eBPF object"))?
-                    .try_into()?;
-                program.load().map_err(|e| refused(prog, &e))?;
-                program
-                    .attach([symbol.as_str()], binary, scope)
-                    .map_err(|e| {
-                        if format!("{e:#}").contains("resolving symbol") {
-                            anyhow::anyhow!(
-                                "symbol {symbol} not found in {binary} (`nm -D {binary}` lists the exported ones; a stripped binary has no others)"
-                            )
-                        } else {
-                            anyhow::anyhow!("cannot attach a uprobe to {symbol} in {binary}: {e:#}")
-                        }
-                    })?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The kernel's refusal, without the verifier's full log (hundreds of lines):
-/// its first line and the verifier's verdict (the last lines).
-fn refused(prog: &str, e: &aya::programs::ProgramError) -> anyhow::Error {
-    let text = format!("{e:#}");
-    log::debug!("{prog}: {text}");
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let short = if lines.len() > 6 {
-        let tail = lines
-            .iter()
-            .rev()
-            .take(4)
-            .rev()
-            .copied()
-            .collect::<Vec<_>>()
-            .join(" | ");
-        format!("{} ... {tail}", lines[0])
-    } else {
-        lines.join(" | ")
-    };
-    anyhow::anyhow!(
-        "the kernel refused to load program {prog}: {short} (run with RUST_LOG=debug for the full verifier log)"
-    )
-}
-
-fn load_error(e: &aya::EbpfError) -> anyhow::Error {
-    let text = format!("{e:#}");
-    if text.contains("EPERM") || text.contains("Operation not permitted") {
-        anyhow::anyhow!(
-            "not permitted to load eBPF programs ({text}): run as root or grant CAP_BPF and CAP_PERFMON"
-        )
-    } else {
-        anyhow::anyhow!("loading the eBPF programs failed: {text}")
-    }
-}
-
-fn bpf_stats_sysctl_on() -> bool {
-    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
-        .map(|s| s.trim() == "1")
-        .unwrap_or(false)
-}
-
-impl KernelTotals {
-    /// Per-IRQ-kind counts with their names.
-    pub fn irq_kinds_named(&self) -> Vec<(&'static str, u64)> {
-        IRQ_KIND_NAMES.iter().copied().zip(self.irq_kinds).collect()
-    }
-
-    /// Per-softirq-vector counts with their names.
-    pub fn softirqs_named(&self) -> Vec<(&'static str, u64)> {
-        SOFTIRQ_NAMES
-            .iter()
-            .copied()
-            .zip(self.softirq_vectors)
-            .collect()
-    }
-}
-
-const _: () = assert!(IRQ_KIND_NAMES.len() == IrqKind::IrqWork as usize + 1);
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,221 @@
+//! Loading and attaching: which programs go where (BTF tracepoints,
+//! per-CPU software perf events, the passive sources' probes), the thread
+//! table userspace fills before the programs run, and the kernel's
+//! refusals turned into one readable line.
+
+use anyhow::{Context as _, Result};
+use aya::{
+    Ebpf,
+    maps::{Array, HashMap, MapData},
+    programs::{
+        BtfTracePoint, PerfEvent, UProbe,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        uprobe::UProbeScope,
+    },
+    util::online_cpus,
+};
+use correlator_common::{THREAD_SLOTS, ThreadState};
+
+use crate::latency::passive::PassiveSource;
+
+/// BTF tracepoints attached (program name = tracepoint name). BTF
+/// tracepoints skip the classic tracepoints' formatting of every event into
+/// a perf buffer, which alone slowed a context-switch heavy load by ~10%.
+pub const TRACEPOINTS: [&str; 21] = [
+    "sys_enter",
+    "sys_exit",
+    "sched_switch",
+    "sched_wakeup",
+    "sched_migrate_task",
+    "task_newtask",
+    "sched_process_exit",
+    "irq_handler_entry",
+    "irq_handler_exit",
+    "softirq_entry",
+    "softirq_exit",
+    "local_timer_entry",
+    "local_timer_exit",
+    "reschedule_entry",
+    "reschedule_exit",
+    "call_function_entry",
+    "call_function_exit",
+    "call_function_single_entry",
+    "call_function_single_exit",
+    "irq_work_entry",
+    "irq_work_exit",
+];
+
+/// Software perf events with a program on every sample (period 1), one per CPU.
+pub const PERF_EVENTS: [(&str, SoftwareEvent); 2] = [
+    ("page_fault_minor", SoftwareEvent::PageFaultsMin),
+    ("page_fault_major", SoftwareEvent::PageFaultsMaj),
+];
+
+/// Userspace side of the kernel's direct-mapped thread table: the same
+/// placement rule as `track` in the eBPF programs.
+pub(super) struct ThreadTable {
+    pub(super) slots: Array<MapData, ThreadState>,
+    pub(super) spill: HashMap<MapData, u32, ThreadState>,
+}
+
+impl ThreadTable {
+    pub(super) fn track(&mut self, tid: u32, tgid: u32) -> Result<()> {
+        let index = tid & (THREAD_SLOTS - 1);
+        let slot = self.slots.get(&index, 0).context("reading THREADS")?;
+        if slot.tid == tid {
+            return Ok(());
+        }
+        let fresh = ThreadState {
+            tid,
+            tgid,
+            spill: slot.spill,
+            ..ThreadState::default()
+        };
+        if slot.tid == 0 {
+            self.slots
+                .set(index, &fresh, 0)
+                .context("writing THREADS")?;
+            return Ok(());
+        }
+        let flagged = ThreadState { spill: 1, ..slot };
+        self.slots
+            .set(index, &flagged, 0)
+            .context("writing THREADS")?;
+        // NOEXIST: keep state the kernel side may already have written.
+        let _ = self
+            .spill
+            .insert(&tid, &ThreadState { spill: 0, ..fresh }, 1);
+        Ok(())
+    }
+}
+
+/// Attaches every program; without `context`, not the syscall and sample
+/// programs (a cost measurement only).
+pub(super) fn attach_all(ebpf: &mut Ebpf, sample_period_ns: u64, context: bool) -> Result<()> {
+    let btf =
+        aya::Btf::from_sys_fs().context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")?;
+    for prog in TRACEPOINTS {
+        if !context && prog.starts_with("sys_") {
+            continue;
+        }
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut(prog)
+            .with_context(|| format!("program {prog} missing from the eBPF object"))?
+            .try_into()?;
+        program.load(prog, &btf).map_err(|e| refused(prog, &e))?;
+        program
+            .attach()
+            .with_context(|| format!("cannot attach to BTF tracepoint {prog}"))?;
+    }
+    let cpus = online_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?;
+    for (prog, event) in PERF_EVENTS {
+        let program: &mut PerfEvent = ebpf
+            .program_mut(prog)
+            .with_context(|| format!("program {prog} missing from the eBPF object"))?
+            .try_into()?;
+        program.load().map_err(|e| refused(prog, &e))?;
+        for &cpu in &cpus {
+            program
+                .attach(
+                    PerfEventConfig::Software(event),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Period(1),
+                    false,
+                )
+                .with_context(|| format!("cannot open software perf event {prog} on CPU {cpu}"))?;
+        }
+    }
+    if !context {
+        return Ok(());
+    }
+    let program: &mut PerfEvent = ebpf
+        .program_mut("cpu_sample")
+        .context("program cpu_sample missing from the eBPF object")?
+        .try_into()?;
+    program.load().map_err(|e| refused("cpu_sample", &e))?;
+    for &cpu in &cpus {
+        program
+            .attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Period(sample_period_ns),
+                false,
+            )
+            .with_context(|| format!("cannot open a cpu-clock perf event on CPU {cpu}"))?;
+    }
+    Ok(())
+}
+
+/// Attaches the passive request-latency programs.
+pub(super) fn attach_passive(ebpf: &mut Ebpf, source: &PassiveSource, pid: u32) -> Result<()> {
+    match source {
+        // sys_exit is always attached (syscall accounting); the flag in
+        // CONFIG turns its request pairing on.
+        PassiveSource::Syscalls => {}
+        PassiveSource::Uprobe { binary, symbol, .. } => {
+            let scope = UProbeScope::OneProcess(
+                std::num::NonZeroU32::new(pid).context("PID 0 cannot be probed")?,
+            );
+            for prog in ["call_entry", "call_return"] {
+                let program: &mut UProbe = ebpf
+                    .program_mut(prog)
+                    .with_context(|| format!("program {prog} missing from the eBPF object"))?
+                    .try_into()?;
+                program.load().map_err(|e| refused(prog, &e))?;
+                program
+                    .attach([symbol.as_str()], binary, scope)
+                    .map_err(|e| {
+                        if format!("{e:#}").contains("resolving symbol") {
+                            anyhow::anyhow!(
+                                "symbol {symbol} not found in {binary} (`nm -D {binary}` lists the exported ones; a stripped binary has no others)"
+                            )
+                        } else {
+                            anyhow::anyhow!("cannot attach a uprobe to {symbol} in {binary}: {e:#}")
+                        }
+                    })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The kernel's refusal, without the verifier's full log (hundreds of lines):
+/// its first line and the verifier's verdict (the last lines).
+pub(super) fn refused(prog: &str, e: &aya::programs::ProgramError) -> anyhow::Error {
+    let text = format!("{e:#}");
+    log::debug!("{prog}: {text}");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let short = if lines.len() > 6 {
+        let tail = lines
+            .iter()
+            .rev()
+            .take(4)
+            .rev()
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" | ");
+        format!("{} ... {tail}", lines[0])
+    } else {
+        lines.join(" | ")
+    };
+    anyhow::anyhow!(
+        "the kernel refused to load program {prog}: {short} (run with RUST_LOG=debug for the full verifier log)"
+    )
+}
+
+pub(super) fn load_error(e: &aya::EbpfError) -> anyhow::Error {
+    let text = format!("{e:#}");
+    if text.contains("EPERM") || text.contains("Operation not permitted") {
+        anyhow::anyhow!(
+            "not permitted to load eBPF programs ({text}): run as root or grant CAP_BPF and CAP_PERFMON"
+        )
+    } else {
+        anyhow::anyhow!("loading the eBPF programs failed: {text}")
+    }
+}
+
+pub(super) fn bpf_stats_sysctl_on() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+        .map(|s| s.trim() == "1")
+        .unwrap_or(false)
+}

@@ -3,6 +3,10 @@
 //!
 //! Its size is bounded by the run's length, not by event count: buckets are
 //! per time slot, and off-CPU records are capped (see [`crate::timeline::Timeline`]).
+//!
+//! One piece on purpose (over 450 lines): the format, its construction from
+//! a capture and its tolerant reader are together the contract that
+//! docs/run-file.md describes.
 
 use std::{collections::BTreeMap, fs, io::BufWriter, path::Path};
 

@@ -1,6 +1,9 @@
 //! Deterministic synthetic timelines: one per signature and per cause, and
 //! the negative cases (no spikes, spikes without kernel excess, too few
 //! episodes).
+//!
+//! One piece on purpose (over 450 lines): the synthetic-run builder and
+//! every test that uses it read together.
 
 use std::collections::BTreeMap;
 

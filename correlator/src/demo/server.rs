@@ -2,6 +2,9 @@
 //! so the serving thread is one known thread) speaking the line protocol
 //! and HTTP/1.1 GET, with latency causes that can be switched on one at a
 //! time. Each cause is a real mechanism, not a sleep on the request path.
+//!
+//! One piece on purpose (over 450 lines): each scenario's injector sits
+//! beside the request path it disturbs.
 
 use std::{
     os::fd::AsRawFd as _,

@@ -10,6 +10,10 @@
 //! meaningful change. Every setting the knob changes is restored on every
 //! exit path, and recorded in a state file first so `--restore` can undo a
 //! run that was killed.
+//!
+//! One piece on purpose (over 450 lines): the runner, the per-repetition
+//! outcome and the verdicts are one procedure, read top to bottom; the
+//! knobs live in `knobs.rs`.
 
 pub mod knobs;
 

@@ -2,6 +2,9 @@
 //! load generator speaks. Parsers take whatever bytes have arrived and say
 //! how many make up the next complete response, so pipelined responses on
 //! one connection are matched to requests in order.
+//!
+//! One piece on purpose (over 450 lines): each protocol's encoder sits
+//! beside its incremental parser, and all share one trait.
 
 use anyhow::{Context as _, Result, bail};
 

@@ -2,11 +2,42 @@
 //! purpose (demo scenarios, the test workload, the fault-cost measurement):
 //! one place for the unsafe mmap / madvise / munmap calls.
 
-use std::os::fd::AsRawFd as _;
+use std::{
+    fs::File,
+    os::{fd::AsRawFd as _, unix::fs::FileExt as _},
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result};
 
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
+/// A new file `dir/correlator-NAME-PID.dat` of `len` bytes of `byte`,
+/// written and synced, so its pages are clean and can be dropped from the
+/// page cache (for reads or faults that must go to the disk). The caller
+/// removes it.
+pub fn disk_file(dir: &Path, name: &str, len: usize, byte: u8) -> Result<(File, PathBuf)> {
+    let path = dir.join(format!("correlator-{name}-{}.dat", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let chunk = vec![byte; len.min(1 << 20)];
+    let mut at = 0;
+    while at < len {
+        let n = chunk.len().min(len - at);
+        file.write_all_at(&chunk[..n], at as u64)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        at += n;
+    }
+    file.sync_all()?;
+    Ok((file, path))
 }
 
 /// A mapping owned by this value (unmapped on drop). Kept as an address so

@@ -226,7 +226,17 @@ pub struct RunArgs {
     /// (default: next to --out as .run, or correlator.run).
     #[arg(long)]
     pub run_file: Option<PathBuf>,
-    /// Also watch processes the server forks.
+    #[command(flatten)]
+    pub probes: ProbeArgs,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// What the probes watch and how finely (shared by `record` and `run`).
+#[derive(Clone, Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// Also watch processes the target forks.
     #[arg(long)]
     pub follow_children: bool,
     /// Off-CPU intervals at least this long get their own record.
@@ -236,11 +246,20 @@ pub struct RunArgs {
     /// user code and fault handling).
     #[arg(long, default_value_t = 997, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub sample_hz: u32,
-    /// No progress bar.
-    #[arg(long, short)]
-    pub quiet: bool,
     #[command(flatten)]
     pub passive: PassiveArgs,
+}
+
+impl ProbeArgs {
+    pub fn config(&self) -> anyhow::Result<crate::probes::ProbeConfig> {
+        Ok(crate::probes::ProbeConfig {
+            follow_children: self.follow_children,
+            min_offcpu_record: self.min_offcpu,
+            passive: self.passive.source()?,
+            sample_hz: self.sample_hz,
+            ..crate::probes::ProbeConfig::default()
+        })
+    }
 }
 
 /// Server-side request latency seen by the probes, without adding load.
@@ -399,20 +418,10 @@ pub struct RecordArgs {
     /// Run file to write.
     #[arg(long, short, default_value = "correlator.run")]
     pub out: PathBuf,
-    /// Also watch processes the target forks.
-    #[arg(long)]
-    pub follow_children: bool,
     /// Width of a time bucket, rounded down to a power of two ns (the
     /// default 1ms gives 524.288 µs buckets).
     #[arg(long, default_value = "1ms", value_parser = humantime::parse_duration)]
     pub bucket: Duration,
-    /// Off-CPU intervals at least this long get their own record.
-    #[arg(long, default_value = "50us", value_parser = humantime::parse_duration)]
-    pub min_offcpu: Duration,
-    /// On-CPU samples per second and CPU (they split on-CPU time between
-    /// user code and fault handling).
-    #[arg(long, default_value_t = 997, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub sample_hz: u32,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -421,7 +430,7 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 8 << 20, hide = true)]
     pub ring_bytes: u32,
     #[command(flatten)]
-    pub passive: PassiveArgs,
+    pub probes: ProbeArgs,
 }
 
 /// Arguments of `correlator summary`.

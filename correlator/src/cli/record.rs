@@ -17,13 +17,9 @@ pub fn run(a: &RecordArgs) -> Result<ExitCode> {
         duration: a.duration,
         out: a.out.clone(),
         probes: ProbeConfig {
-            follow_children: a.follow_children,
             bucket: a.bucket,
-            min_offcpu_record: a.min_offcpu,
             ring_bytes: a.ring_bytes,
-            passive: a.passive.source()?,
-            sample_hz: a.sample_hz,
-            ..ProbeConfig::default()
+            ..a.probes.config()?
         },
         progress: !a.quiet && std::io::stderr().is_terminal(),
     };

@@ -5,7 +5,6 @@ use std::{io::IsTerminal as _, process::ExitCode};
 use anyhow::Result;
 
 use super::args::RunArgs;
-use crate::probes::ProbeConfig;
 
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let run_file = args.run_file.clone().or_else(|| {
@@ -24,13 +23,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let opts = crate::run::RunOptions {
         pid: args.pid,
         load,
-        probes: ProbeConfig {
-            follow_children: args.follow_children,
-            min_offcpu_record: args.min_offcpu,
-            passive: args.passive.source()?,
-            sample_hz: args.sample_hz,
-            ..ProbeConfig::default()
-        },
+        probes: args.probes.config()?,
         analysis: args.outputs.analysis(),
         outputs: out.clone(),
         progress: !args.quiet && std::io::stderr().is_terminal(),

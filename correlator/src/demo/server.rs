@@ -277,18 +277,8 @@ impl Drop for Injected {
 /// A 6 MiB file on disk, mapped shared and read-only, without readahead
 /// (every page is its own major fault once evicted).
 fn mapped_file(dir: &std::path::Path) -> Result<(std::fs::File, Region, PathBuf)> {
-    use std::os::unix::fs::FileExt as _;
-    let path = dir.join(format!("correlator-demo-{}.dat", std::process::id()));
     let len = 6 << 20;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    file.write_all_at(&vec![0xa5u8; len], 0)?;
-    file.sync_all()?;
+    let (file, path) = crate::memory::disk_file(dir, "demo", len, 0xa5)?;
     let region =
         Region::file(&file, len).with_context(|| format!("cannot map {}", path.display()))?;
     region.touch(false);

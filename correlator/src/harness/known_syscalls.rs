@@ -104,19 +104,7 @@ impl SyscallWork {
         if self.cold_read_mib == 0 {
             return Ok(None);
         }
-        let path = dir.join(format!("correlator-cold-{}.dat", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        let chunk = vec![0x5au8; 1 << 20];
-        for i in 0..self.cold_read_mib {
-            file.write_all_at(&chunk, (i << 20) as u64)?;
-        }
-        file.sync_all()?;
+        let (file, path) = crate::memory::disk_file(dir, "cold", self.cold_read_mib << 20, 0x5a)?;
         Ok(Some(ColdFile { file, path }))
     }
 

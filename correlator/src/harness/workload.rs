@@ -8,7 +8,6 @@
 use std::{
     fs,
     io::{BufRead as _, Write as _},
-    os::unix::fs::FileExt as _,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -240,17 +239,8 @@ impl Drop for MajorFile {
 
 fn prepare_major_file(args: &WorkloadArgs, page: usize) -> Result<MajorFile> {
     let dir = args.fault_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let path = dir.join(format!("correlator-workload-{}.dat", std::process::id()));
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .with_context(|| format!("creating {}", path.display()))?;
     let len = args.major_faults * page;
-    file.write_all_at(&vec![0xa5u8; len], 0)?;
-    file.sync_all()?;
+    let (file, path) = crate::memory::disk_file(&dir, "workload", len, 0xa5)?;
     Ok(MajorFile { file, path, len })
 }
 

@@ -99,18 +99,21 @@ pub fn signature(
     }
 }
 
-/// Similar sizes (peak latency within a factor of 3 of the median for
-/// ≥ 80% of episodes) and, among those similar episodes, regular starts
-/// (≥ 80% of their intervals within ±20% of the median, together covering
-/// ≥ 80% of the time from the first to the last). Intervals are taken
-/// over the similar episodes only: a periodic job plus a few unrelated
-/// small spikes (a VM hiccup) is still a periodic job.
+/// Similar sizes (peak latency within a factor of 3 of the median peak
+/// of the spike requests, for episodes holding ≥ 80% of the spike
+/// requests) and, among those similar episodes, regular starts (≥ 80% of
+/// their intervals within ±20% of the median, together covering ≥ 80% of
+/// the time from the first to the last). Sizes and shares are weighed by
+/// spike requests, not by episode count, and intervals are taken over the
+/// similar episodes only: a periodic job plus unrelated small stalls (VM
+/// hiccups, each a few requests) is still a periodic job, however many
+/// hiccups there are. (Seen live: 24 sweeps of 23 ms every 300 ms and 7
+/// stalls of 2-7 ms; by count the sweeps were 77% of the episodes.)
 fn periodic(episodes: &[Episode]) -> Option<SignatureResult> {
     if episodes.len() < 4 {
         return None;
     }
-    let mut peaks: Vec<f64> = episodes.iter().map(|e| e.window.peak_ns as f64).collect();
-    let peak = median(&mut peaks);
+    let peak = request_weighted_median_peak(episodes);
     let similar: Vec<&Episode> = episodes
         .iter()
         .filter(|e| {
@@ -118,7 +121,9 @@ fn periodic(episodes: &[Episode]) -> Option<SignatureResult> {
             p <= 3.0 * peak && p >= peak / 3.0
         })
         .collect();
-    if (similar.len() as f64) < 0.8 * episodes.len() as f64 || similar.len() < 4 {
+    let similar_requests: u64 = similar.iter().map(|e| e.window.requests).sum();
+    let all_requests: u64 = episodes.iter().map(|e| e.window.requests).sum();
+    if (similar_requests as f64) < 0.8 * all_requests as f64 || similar.len() < 4 {
         return None;
     }
     let starts: Vec<f64> = similar.iter().map(|e| e.window.start_ns as f64).collect();
@@ -165,6 +170,25 @@ fn periodic(episodes: &[Episode]) -> Option<SignatureResult> {
             peak / 1e6
         ),
     })
+}
+
+/// The peak latency of the episode holding the median spike request:
+/// what a typical slow request saw.
+fn request_weighted_median_peak(episodes: &[Episode]) -> f64 {
+    let mut by_peak: Vec<(u64, u64)> = episodes
+        .iter()
+        .map(|e| (e.window.peak_ns, e.window.requests.max(1)))
+        .collect();
+    by_peak.sort_unstable();
+    let half = by_peak.iter().map(|(_, n)| n).sum::<u64>().div_ceil(2);
+    let mut seen = 0;
+    for (peak, n) in &by_peak {
+        seen += n;
+        if seen >= half {
+            return *peak as f64;
+        }
+    }
+    0.0
 }
 
 /// Spike fraction that grows with the offered rate across a sweep:

@@ -22,8 +22,13 @@ pub fn run(a: &CompareArgs) -> Result<ExitCode> {
         println!("{:<4} {:>5} {:>14.6}", "A", c.n_a, c.median_a);
         println!("{:<4} {:>5} {:>14.6}", "B", c.n_b, c.median_b);
         println!(
-            "Mann-Whitney U = {}, two-sided p = {:.6} ({:?}); change of the median {:+.1}% (bootstrap 95% CI {:+.1}%..{:+.1}%)",
-            c.u, c.p_value, c.method, c.change_pct, c.ci_low_pct, c.ci_high_pct
+            "Mann-Whitney U = {}, two-sided p = {} ({:?}); change of the median {:+.1}% (bootstrap 95% CI {:+.1}%..{:+.1}%)",
+            c.u,
+            fmt_p(c.p_value),
+            c.method,
+            c.change_pct,
+            c.ci_low_pct,
+            c.ci_high_pct
         );
         println!(
             "verdict (α = {}, minimum change {}%): {}",
@@ -34,4 +39,14 @@ pub fn run(a: &CompareArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A p-value readable at any size: fixed digits down to 1e-4, then
+/// scientific (a tiny p printed as 0.000000 reads as impossible).
+fn fmt_p(p: f64) -> String {
+    if p >= 1e-4 {
+        format!("{p:.6}")
+    } else {
+        format!("{p:.2e}")
+    }
 }

@@ -172,3 +172,58 @@ fn verdict_words() {
     assert!(verdict(0.01, 0.05, &unsure, 5.0).contains("includes 0"));
     assert!((bonferroni(0.05, 3) - 0.016_666_666_666_666_666).abs() < 1e-15);
 }
+
+/// The exact null distribution of U against brute force: every way of
+/// choosing which m of the m + n ranks the first sample holds.
+#[test]
+fn exact_u_distribution_matches_enumeration() {
+    for (m, n) in [(1, 1), (2, 3), (3, 4), (4, 6), (5, 5)] {
+        let mut counts = vec![0.0; m * n + 1];
+        for mask in 0u32..(1 << (m + n)) {
+            if mask.count_ones() as usize != m {
+                continue;
+            }
+            // U of the first sample: pairs (a in A, b in B) with a > b.
+            let mut u = 0;
+            let mut below = 0;
+            for bit in 0..m + n {
+                if mask & (1 << bit) != 0 {
+                    u += below;
+                } else {
+                    below += 1;
+                }
+            }
+            counts[u] += 1.0;
+        }
+        assert_eq!(u_frequencies(m, n), counts, "m {m}, n {n}");
+    }
+}
+
+/// 8 values against 20,000, fully separated: the exact p-value is
+/// 2 / C(20008, 8), computed without the table that once took 23 GB.
+#[test]
+fn exact_test_of_a_small_against_a_large_sample() {
+    let a: Vec<f64> = (0..8).map(f64::from).collect();
+    let b: Vec<f64> = (0..20_000).map(|i| 100.0 + f64::from(i)).collect();
+    let started = std::time::Instant::now();
+    let r = mann_whitney(&a, &b);
+    assert_eq!(r.method, Method::Exact);
+    let choose: f64 = (1..=8)
+        .map(|i| (20_000.0 + f64::from(i)) / f64::from(i))
+        .product();
+    let want = 2.0 / choose;
+    assert!(
+        (r.p_value - want).abs() <= 1e-9 * want,
+        "{} vs {want}",
+        r.p_value
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// Identical samples (every value tied): no evidence of a difference.
+#[test]
+fn identical_samples_have_p_one() {
+    let r = mann_whitney(&[5.0; 5], &[5.0; 5]);
+    assert_eq!(r.p_value, 1.0);
+    assert_eq!(mann_whitney_greater(&[5.0; 5], &[5.0; 5]), 0.5);
+}

@@ -189,64 +189,91 @@ fn shell(cmd: &str) -> Result<()> {
     Ok(())
 }
 
-/// Applies the knob; returns what it changed.
-pub fn apply(knob: &Knob, target: &Target) -> Result<Saved> {
+/// What the knob will change, read before anything changes, so it can be
+/// written down first (the experiment's state file) and put back after.
+pub fn prepare(knob: &Knob, target: &Target) -> Result<Saved> {
     Ok(match knob {
-        Knob::Thp(mode) => {
-            let previous = thp_mode()?;
-            fs::write(THP, mode).with_context(|| format!("cannot write {THP} (needs root)"))?;
-            Saved::Thp { previous }
-        }
-        Knob::Pin(cpus) => {
+        Knob::Thp(_) => Saved::Thp {
+            previous: thp_mode()?,
+        },
+        Knob::Pin(_) => {
             let mut threads = Vec::new();
             for (_, tid) in target.threads(false) {
-                let before = affinity(tid)?;
-                set_affinity(tid, cpus)?;
-                threads.push((tid, before));
+                threads.push((tid, affinity(tid)?));
             }
             Saved::Pin { threads }
         }
-        Knob::IrqAffinity { irq, cpus } => {
+        Knob::IrqAffinity { irq, .. } => {
             let path = format!("/proc/irq/{irq}/smp_affinity_list");
             let previous =
                 fs::read_to_string(&path).with_context(|| format!("no IRQ {irq} ({path})"))?;
-            fs::write(&path, cpus).with_context(|| {
-                format!("cannot write {path} (needs root; some IRQs cannot move)")
-            })?;
             Saved::IrqAffinity {
                 irq: *irq,
                 previous: previous.trim().into(),
             }
         }
-        Knob::Rps { dev, cpus } => {
-            let mask = cpu_mask(cpus);
+        Knob::Rps { dev, .. } => {
             let mut queues = Vec::new();
             for file in rps_files(dev)? {
                 let previous = fs::read_to_string(&file)
                     .with_context(|| format!("cannot read {file}"))?
                     .trim()
                     .to_string();
-                if let Err(e) = fs::write(&file, &mask) {
-                    // Put back the queues already changed before failing.
-                    let _ = restore(&Saved::Rps { queues });
-                    bail!("cannot write {file} (needs root): {e}");
-                }
                 queues.push((file, previous));
             }
             Saved::Rps { queues }
         }
-        Knob::Stop(pid) => {
-            signal(*pid, libc::SIGSTOP)?;
-            Saved::Stop { pid: *pid }
-        }
+        Knob::Stop(pid) => Saved::Stop { pid: *pid },
         Knob::ProbesOff => Saved::Nothing,
-        Knob::Command { apply, revert } => {
-            shell(apply)?;
-            Saved::Command {
-                revert: revert.clone(),
+        Knob::Command { revert, .. } => Saved::Command {
+            revert: revert.clone(),
+        },
+    })
+}
+
+/// Makes the change `prepare` described. On an error part of it may be
+/// done: the caller restores `saved` (every restore is safe to repeat).
+pub fn change(knob: &Knob, saved: &Saved) -> Result<()> {
+    match (knob, saved) {
+        (Knob::Thp(mode), _) => {
+            fs::write(THP, mode).with_context(|| format!("cannot write {THP} (needs root)"))?;
+        }
+        (Knob::Pin(cpus), Saved::Pin { threads }) => {
+            for (tid, _) in threads {
+                set_affinity(*tid, cpus)?;
             }
         }
-    })
+        (Knob::IrqAffinity { irq, cpus }, _) => {
+            let path = format!("/proc/irq/{irq}/smp_affinity_list");
+            fs::write(&path, cpus).with_context(|| {
+                format!("cannot write {path} (needs root; some IRQs cannot move)")
+            })?;
+        }
+        (Knob::Rps { cpus, .. }, Saved::Rps { queues }) => {
+            let mask = cpu_mask(cpus);
+            for (file, _) in queues {
+                fs::write(file, &mask)
+                    .with_context(|| format!("cannot write {file} (needs root)"))?;
+            }
+        }
+        (Knob::Stop(pid), _) => signal(*pid, libc::SIGSTOP)?,
+        (Knob::ProbesOff, _) => {}
+        (Knob::Command { apply, .. }, _) => shell(apply)?,
+        (knob, saved) => bail!("knob {knob:?} does not match its saved state {saved:?}"),
+    }
+    Ok(())
+}
+
+/// Applies the knob (prepare, then change; a failed change is put back);
+/// returns what it changed. Callers that need the change on record first
+/// (the experiment's state file) use `prepare` and `change` themselves.
+pub fn apply(knob: &Knob, target: &Target) -> Result<Saved> {
+    let saved = prepare(knob, target)?;
+    if let Err(e) = change(knob, &saved) {
+        let _ = restore(&saved);
+        return Err(e);
+    }
+    Ok(saved)
 }
 
 /// Puts back what `apply` changed. The error names the manual command.

@@ -164,23 +164,26 @@ fn apply_knob<'a>(opts: &'a ExperimentOptions, target: &Target) -> Result<Applie
             opts.state_file.display()
         );
     }
-    // Record the previous values before changing anything.
-    let saved = knobs::apply(&opts.knob, target)?;
+    // Write-ahead: what will change goes to the state file before anything
+    // changes, so a kill at any point after leaves a record to restore from.
+    let saved = knobs::prepare(&opts.knob, target)?;
     let state = StateFile {
         pid: opts.pid,
         knob: opts.knob.describe(),
         saved: saved.clone(),
     };
+    std::fs::write(&opts.state_file, serde_json::to_string_pretty(&state)?)
+        .with_context(|| format!("cannot write the state file {}", opts.state_file.display()))?;
+    let changed = knobs::change(&opts.knob, &saved);
     let mut guard = Applied {
         saved: Some(saved),
         state_file: &opts.state_file,
     };
-    if let Err(e) = std::fs::write(&opts.state_file, serde_json::to_string_pretty(&state)?) {
+    if let Err(e) = changed {
+        // Put back whatever part of the change was made; the guard removes
+        // the state file once that worked.
         guard.restore()?;
-        bail!(
-            "cannot write the state file {}: {e}",
-            opts.state_file.display()
-        );
+        return Err(e);
     }
     Ok(guard)
 }
@@ -533,6 +536,39 @@ mod tests {
         assert!(outcome.is_err(), "the panic happened");
         assert!(!marker.exists(), "the panic path reverted the setting");
         assert!(!state.exists(), "and removed the state file");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Write-ahead: the state file exists before the change is made (the
+    /// knob's own command checks for it), and a change that fails is put
+    /// back and leaves no state file.
+    #[test]
+    fn the_state_file_is_written_before_the_change() {
+        let dir = std::env::temp_dir().join(format!("correlator-wal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let state = dir.join("state.json");
+        let reverted = dir.join("reverted");
+        let target = Target::from_pid(std::process::id()).expect("self");
+        let opts = options(
+            Knob::Command {
+                apply: format!("test -f {}", state.display()),
+                revert: "true".into(),
+            },
+            state.clone(),
+        );
+        let applied = apply_knob(&opts, &target).expect("the state file was there at the change");
+        drop(applied);
+        assert!(!state.exists(), "restored and removed");
+        let failing = options(
+            Knob::Command {
+                apply: "false".into(),
+                revert: format!("touch {}", reverted.display()),
+            },
+            state.clone(),
+        );
+        assert!(apply_knob(&failing, &target).is_err());
+        assert!(reverted.exists(), "a failed change is put back");
+        assert!(!state.exists(), "and leaves no state file");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -15,7 +15,6 @@ pub mod account;
 pub mod causes;
 pub mod episodes;
 pub mod kernel;
-pub mod poisson;
 mod signature;
 
 use std::collections::BTreeMap;

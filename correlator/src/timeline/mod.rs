@@ -176,11 +176,12 @@ impl Timeline {
     }
 
     pub fn push_offcpu(&mut self, interval: OffCpu) {
-        if self.offcpu.len() < self.max_records {
-            self.offcpu.push(interval);
-        } else {
-            self.records_over_cap += 1;
-        }
+        Self::capped(
+            &mut self.offcpu,
+            interval,
+            self.max_records,
+            &mut self.records_over_cap,
+        );
     }
 
     /// Each kind of record is capped at `max_records`; the rest are counted.

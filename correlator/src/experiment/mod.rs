@@ -276,10 +276,22 @@ pub fn run(
             let mut applied = apply_knob(opts, &target)?;
             let rep = one_rep(opts, arm, &target);
             applied.restore()?;
-            rep?
+            rep
         } else {
-            one_rep(opts, arm, &target)?
+            one_rep(opts, arm, &target)
         };
+        // A target that dies mid-repetition shows up first as the load's
+        // error (connection refused or reset): name the cause, not the symptom.
+        let rep = rep.map_err(|e| {
+            if target.is_alive() {
+                e
+            } else {
+                anyhow::anyhow!(
+                    "the target exited during repetition {}; settings restored ({e:#})",
+                    i + 1
+                )
+            }
+        })?;
         each(i, &rep);
         reps.push(rep);
     }

@@ -6,7 +6,7 @@
 #![no_std]
 
 /// Bumped whenever a shared layout below changes.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// What each per-bucket counter slot counts.
 ///
@@ -128,10 +128,17 @@ pub enum Total {
     SyscallRecordsLost = NUM_COUNTERS as u32 + 6,
     /// On-CPU samples of target threads (whatever became of them).
     Samples = NUM_COUNTERS as u32 + 7,
+    /// `--stacks`: stacks not captured because another stack held their
+    /// slot of the stack map (hash collision, or the map full).
+    StackCollisions = NUM_COUNTERS as u32 + 8,
+    /// `--stacks`: stacks the kernel could not walk (e.g. no user stack).
+    StackErrors = NUM_COUNTERS as u32 + 9,
+    /// `--stacks`: sample records the kernel could not put in their full ring.
+    SampleRecordsLost = NUM_COUNTERS as u32 + 10,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 8;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 11;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -174,6 +181,34 @@ pub struct OffCpuRecord {
     pub syscall: u32,
     /// [`WaitSite`] of the blocked part, as u32 (see `ThreadState::off_site`).
     pub site: u32,
+    /// `--stacks`: kernel and user stack ids (in the `STACKS` map) at the
+    /// switch-out; negative: none (see [`NO_STACK`]) or the kernel's error.
+    pub kstack: i32,
+    pub ustack: i32,
+}
+
+/// A stack id that was not asked for (`--stacks` off, or a user-mode
+/// sample's kernel stack).
+pub const NO_STACK: i32 = i32::MIN;
+
+/// Stacks the `STACKS` map holds (a power of two: buckets are hashed, so
+/// a larger map means fewer collisions) and frames kept per stack.
+pub const STACK_SLOTS: usize = 32768;
+pub const STACK_DEPTH: usize = 64;
+
+/// `--stacks`: one on-CPU sample of a target thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SampleRecord {
+    pub tid: u32,
+    /// What the thread was doing: an [`Account`] `Samples*` slot.
+    pub context: u32,
+    /// Syscall in progress, number + 1 (0: none).
+    pub syscall: u32,
+    pub kstack: i32,
+    pub ustack: i32,
+    pub _pad: u32,
+    pub ts: u64,
 }
 
 /// Where a blocked thread waited, decided at switch-out from the syscall it
@@ -391,6 +426,9 @@ pub struct Config {
     pub task_cfs_rq_offset: u64,
     pub cfs_rq_rq_offset: u64,
     pub rq_steal_offset: u64,
+    /// Non-zero (`--stacks`): stack ids at switch-outs, and a record per
+    /// on-CPU sample with its stacks.
+    pub stacks: u64,
 }
 
 /// Slots of the direct-mapped thread table (`tid % THREAD_SLOTS`).
@@ -430,6 +468,9 @@ pub struct ThreadState {
     pub off_site: u32,
     /// Syscall in progress, number + 1 (0: none), since `sys_enter_ts`.
     pub syscall: u32,
+    /// `--stacks`: kernel stack id at the switch-out (user: `off_ustack`).
+    pub off_kstack: i32,
+    pub off_ustack: i32,
     pub _pad2: u32,
     pub sys_enter_ts: u64,
     /// Time off the CPU, and in IRQs on it, since `sys_enter_ts`.

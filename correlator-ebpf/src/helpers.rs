@@ -2,13 +2,14 @@
 //! through BTF pointers, and where a program run counts (its bucket and
 //! the CPU's totals).
 
+use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
     programs::BtfTracePointContext,
 };
-use correlator_common::{BUCKET_SLOTS, Bucket, Counter, CpuState, NUM_COUNTERS, Total};
+use correlator_common::{BUCKET_SLOTS, Bucket, Counter, CpuState, NO_STACK, NUM_COUNTERS, Total};
 
-use crate::maps::{BUCKETS, CHILD_TGIDS, CPUS};
+use crate::maps::{BUCKETS, CHILD_TGIDS, CPUS, STACKS};
 
 #[inline(always)]
 pub(crate) fn now() -> u64 {
@@ -123,5 +124,27 @@ pub(crate) fn total_add(t: Total) {
     if let Some(cpu) = cpu_state() {
         // SAFETY: per-CPU value.
         unsafe { (*cpu).totals[t as usize] += 1 };
+    }
+}
+
+/// `bpf_get_stackid` flag: the user stack (default: the kernel's).
+pub(crate) const USER_STACK: u64 = 1 << 8;
+/// `-EEXIST`: the stack's hash slot holds a different stack.
+const EEXIST: i32 = -17;
+
+/// The id in `STACKS` of the current kernel (`flags` 0) or user
+/// (`USER_STACK`) stack; a failure is counted and returned negative.
+#[inline(always)]
+pub(crate) fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> i32 {
+    match ctx.get_stackid(&STACKS, flags) {
+        Ok(id) => id as i32,
+        Err(e) => {
+            total_add(if e == EEXIST {
+                Total::StackCollisions
+            } else {
+                Total::StackErrors
+            });
+            if e == 0 { NO_STACK } else { e }
+        }
     }
 }

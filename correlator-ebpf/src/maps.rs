@@ -3,12 +3,13 @@
 
 use aya_ebpf::{
     Global,
-    macros::map,
+    btf_maps::StackTrace,
+    macros::{btf_map, map},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, SYSCALL_SLOTS, SyscallTotal,
-    THREAD_SLOTS, ThreadState,
+    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, STACK_DEPTH, STACK_SLOTS,
+    SYSCALL_SLOTS, SyscallTotal, THREAD_SLOTS, ThreadState,
 };
 
 #[unsafe(no_mangle)]
@@ -28,6 +29,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     task_cfs_rq_offset: 0,
     cfs_rq_rq_offset: 0,
     rq_steal_offset: 0,
+    stacks: 0,
 });
 
 /// Ring of time buckets, per CPU.
@@ -90,3 +92,13 @@ pub(crate) static CALLS: LruHashMap<u32, CallState> = LruHashMap::with_max_entri
 /// 512-byte BPF stack).
 #[map]
 pub(crate) static SCRATCH: PerCpuArray<ThreadState> = PerCpuArray::with_max_entries(1, 0);
+
+/// `--stacks`: kernel and user stacks of samples and switch-outs, by id.
+/// Preallocated by the kernel (`STACK_SLOTS` × `STACK_DEPTH` × 8 bytes);
+/// a stack whose hash slot holds another stack is counted, not stored.
+#[btf_map]
+pub(crate) static STACKS: StackTrace<STACK_SLOTS, 0, STACK_DEPTH> = StackTrace::new();
+
+/// `--stacks`: one record per on-CPU sample ([`correlator_common::SampleRecord`]).
+#[map]
+pub(crate) static SAMPLES: RingBuf = RingBuf::with_byte_size(1 << 20, 0);

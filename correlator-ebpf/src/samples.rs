@@ -1,14 +1,15 @@
 //! On-CPU samples of target threads.
 
 use aya_ebpf::{
-    EbpfContext as _, helpers::bpf_get_current_pid_tgid, macros::perf_event,
-    programs::PerfEventContext,
+    EbpfContext as _, bindings::BPF_RB_NO_WAKEUP, helpers::bpf_get_current_pid_tgid,
+    macros::perf_event, programs::PerfEventContext,
 };
-use correlator_common::{Account, Total};
+use correlator_common::{Account, NO_STACK, SampleRecord, Total};
 
 use crate::{
     account::{acct_add, ran_until, rq_steal},
-    helpers::{cpu_state, now, total_add},
+    helpers::{USER_STACK, cpu_state, now, stack_id, total_add},
+    maps::SAMPLES,
     threads::thread,
 };
 
@@ -59,5 +60,25 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
         Account::SamplesFault
     };
     acct_add(st, ts, slot, 1);
+    if config!(stacks) != 0 {
+        let user_mode = slot == Account::SamplesUser;
+        let record = SampleRecord {
+            tid: st.tid,
+            context: slot as u32,
+            syscall: st.syscall,
+            // Interrupted in user mode: there is no kernel stack to walk.
+            kstack: if user_mode {
+                NO_STACK
+            } else {
+                stack_id(&ctx, 0)
+            },
+            ustack: stack_id(&ctx, USER_STACK),
+            _pad: 0,
+            ts,
+        };
+        if SAMPLES.output(&record, BPF_RB_NO_WAKEUP as u64).is_err() {
+            total_add(Total::SampleRecordsLost);
+        }
+    }
     0
 }

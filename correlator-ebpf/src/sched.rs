@@ -5,15 +5,15 @@ use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP, macros::btf_tracepoint, programs::BtfTracePointContext,
 };
 use correlator_common::{
-    Account, Counter, CpuState, OffCpuKind, OffCpuRecord, SITE_BY_STATE, SYSCALL_SLOTS,
+    Account, Counter, CpuState, NO_STACK, OffCpuKind, OffCpuRecord, SITE_BY_STATE, SYSCALL_SLOTS,
     ThreadState, Total, WaitSite,
 };
 
 use crate::{
     account::{acct_add, acct_add_at, ran_until, rq_steal, task_rq},
     helpers::{
-        Sink, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now, task_cpu,
-        task_pid, task_tgid,
+        Sink, USER_STACK, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now,
+        stack_id, task_cpu, task_pid, task_tgid,
     },
     maps::{CHILD_TGIDS, CPUS, RECORDS, SYSCALL_SITES},
     threads::{thread, track, untrack},
@@ -60,6 +60,14 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         return 0;
     };
     if prev_is_target {
+        // The switching-out thread is still current: its kernel stack ends
+        // in schedule() (userspace drops the tracing frames above it) and
+        // its user stack is where it entered the kernel.
+        let (kstack, ustack) = if config!(stacks) != 0 && prev_state as u32 & TASK_DEAD == 0 {
+            (stack_id(&ctx, 0), stack_id(&ctx, USER_STACK))
+        } else {
+            (NO_STACK, NO_STACK)
+        };
         let out = SwitchOut {
             tid: prev_pid,
             tgid,
@@ -67,6 +75,8 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
             preempted: preempt & 0xff != 0,
             state: prev_state as u32,
             next_pid,
+            kstack,
+            ustack,
         };
         switch_out(&sink, cpu, ts, &out);
     }
@@ -156,6 +166,8 @@ pub(crate) struct SwitchOut {
     preempted: bool,
     state: u32,
     next_pid: u32,
+    kstack: i32,
+    ustack: i32,
 }
 
 #[inline(always)]
@@ -197,6 +209,8 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     state.cpu_out = cpu_id();
     state.next_pid = out.next_pid;
     state.next_ran_ns = 0;
+    state.off_kstack = out.kstack;
+    state.off_ustack = out.ustack;
     // Named by note_runner when that task's slice ends (or by userspace).
     state.next_comm[0] = 0;
     if runnable {
@@ -269,6 +283,8 @@ pub(crate) fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64,
                 next_comm: st.next_comm,
                 syscall: st.syscall,
                 site: st.off_site,
+                kstack: st.off_kstack,
+                ustack: st.off_ustack,
             });
             entry.submit(BPF_RB_NO_WAKEUP as u64);
         }

@@ -9,7 +9,7 @@
 //!
 //! - utilities: clock, cpu, memory, stats, target
 //! - models: timeline, latency
-//! - sources: probes, loadgen
+//! - sources: probes, loadgen, symbols
 //! - run file: runfile, record
 //! - analysis: analysis
 //! - views: report, summary, doctor, experiment, run, demo
@@ -37,5 +37,6 @@ pub mod run;
 pub mod runfile;
 pub mod stats;
 pub mod summary;
+pub mod symbols;
 pub mod target;
 pub mod timeline;

@@ -143,11 +143,21 @@ pub async fn capture(
     }
     let stats_enabled = probes.stats_enabled();
     let steal_measured = probes.steal_measured();
-    let (programs, kernel) = probes.finish(&mut timeline, |r| {
+    let crate::probes::Finished {
+        programs,
+        kernel,
+        stacks,
+    } = probes.finish(&mut timeline, |r| {
         if let Some(p) = &mut passive {
             p.push(r);
         }
     })?;
+    // Now, while the process (and its mappings) are still there.
+    let stacks = if cfg.stacks {
+        crate::symbols::symbolize(target.pid, &stacks)
+    } else {
+        Default::default()
+    };
     let server_latency = passive.map(|p| p.finish(ended_ns, &kernel.passive));
     let mut notes = Vec::new();
     let secs = (ended_ns - started_ns) as f64 / 1e9;
@@ -200,6 +210,7 @@ pub async fn capture(
         steal: steal.into_samples(),
         sample_period_ns: cfg.sample_period_ns(),
         thread_names,
+        stacks,
     })
 }
 

@@ -14,6 +14,7 @@ use anyhow::{Context as _, Result, bail};
 use correlator_common::{Counter, NUM_COUNTERS};
 
 use crate::latency::passive::ServerLatency;
+use crate::timeline::stacks::StackTable;
 use crate::timeline::steal::StealSample;
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +82,19 @@ pub struct Losses {
     pub accounts_lost: u64,
     #[serde(default)]
     pub syscall_records_lost: u64,
+    /// `--stacks`: sample records lost to their full ring buffer; stacks
+    /// not stored because another stack held their slot in the stack map;
+    /// stacks referenced but gone from the map when read.
+    #[serde(default)]
+    pub sample_records_lost: u64,
+    #[serde(default)]
+    pub stack_collisions: u64,
+    #[serde(default)]
+    pub stacks_missing: u64,
+    /// `--stacks`: stacks the kernel could not walk (not a loss of data it
+    /// had: e.g. a user stack unreadable at that moment). Not in `total`.
+    #[serde(default)]
+    pub stack_errors: u64,
 }
 
 impl Losses {
@@ -91,6 +105,9 @@ impl Losses {
             + self.bucket_events_undrained
             + self.accounts_lost
             + self.syscall_records_lost
+            + self.sample_records_lost
+            + self.stack_collisions
+            + self.stacks_missing
     }
 }
 
@@ -219,6 +236,12 @@ pub struct RunFile {
     /// Target thread names by tid (as of the end of the run).
     #[serde(default)]
     pub thread_names: BTreeMap<u32, String>,
+    /// `--stacks`: every on-CPU sample with its context and stacks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack_samples: Vec<crate::timeline::stacks::Sample>,
+    /// `--stacks`: the stacks samples and off-CPU records reference.
+    #[serde(default, skip_serializing_if = "StackTable::is_empty")]
+    pub stacks: StackTable,
 }
 
 /// Name of each account slot in run files, in `correlator_common::Account`
@@ -294,6 +317,8 @@ pub struct Capture {
     pub steal: Vec<StealSample>,
     pub sample_period_ns: u64,
     pub thread_names: BTreeMap<u32, String>,
+    /// Symbolized stacks (empty without `--stacks`).
+    pub stacks: StackTable,
 }
 
 impl RunFile {
@@ -313,6 +338,10 @@ impl RunFile {
             bucket_events_undrained: undrained,
             accounts_lost: c.kernel.accounts_lost,
             syscall_records_lost: c.kernel.syscall_records_lost,
+            sample_records_lost: c.kernel.sample_records_lost,
+            stack_collisions: c.kernel.stack_collisions,
+            stacks_missing: c.stacks.missing,
+            stack_errors: c.kernel.stack_errors,
         };
         let syscall_totals = c
             .kernel
@@ -392,6 +421,8 @@ impl RunFile {
             sample_period_ns: c.sample_period_ns,
             samples: c.kernel.samples,
             thread_names: c.thread_names,
+            stack_samples: c.timeline.samples().to_vec(),
+            stacks: c.stacks,
         }
     }
 

@@ -35,6 +35,8 @@ pub struct TimeAccount {
     /// was busiest or most delayed in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
     /// Running user code.
     pub on_cpu_user_ns: u64,
     /// In the kernel on behalf of the thread: syscalls plus fault handling.
@@ -351,6 +353,7 @@ impl<'a> Accounts<'a> {
                     .get(&tid)
                     .map_or("thread", String::as_str)
             )),
+            tid: Some(tid),
             on_cpu_user_ns: user as u64,
             on_cpu_kernel_ns: (syscall + fault) as u64,
             syscall_ns: syscall as u64,

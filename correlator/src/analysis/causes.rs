@@ -149,6 +149,10 @@ pub struct Cause {
     pub evidence: String,
     /// The isolate-and-remeasure experiment that would confirm it.
     pub experiment: String,
+    /// `--stacks`: the code paths behind this cause's time in episodes,
+    /// heaviest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<super::paths::CodePath>,
 }
 
 /// The ranked causes, and what was tested but not significant.
@@ -242,6 +246,7 @@ pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature
             p_value,
             evidence: format!("{evidence}{p_text}"),
             experiment: kind.experiment(detail.as_deref()),
+            stacks: Vec::new(),
         });
     }
     for kind in [CauseKind::Idle, CauseKind::Steal] {
@@ -254,6 +259,7 @@ pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature
                 p_value: None,
                 evidence,
                 experiment: kind.experiment(detail.as_deref()),
+                stacks: Vec::new(),
             });
         }
     }

@@ -15,6 +15,7 @@ pub mod account;
 pub mod causes;
 pub mod episodes;
 pub mod kernel;
+pub mod paths;
 mod signature;
 
 use std::collections::BTreeMap;
@@ -116,6 +117,25 @@ pub struct Analysis {
     pub latency: LatencyReport,
     pub episodes: Vec<Episode>,
     pub classification: Classification,
+    /// `--stacks`: code paths of the accounted threads in episodes and in
+    /// the baseline windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_paths: Option<CodePaths>,
+}
+
+/// Folded stacks (`category;outermost;...;leaf` → µs) of episode and
+/// baseline time, and how deep user stacks went.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CodePaths {
+    pub episodes: BTreeMap<String, u64>,
+    pub episode_ns: u64,
+    pub baseline: BTreeMap<String, u64>,
+    pub baseline_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_user_depth: Option<usize>,
+    /// Why stacks may be short or unnamed, and what to do about it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Event families compared between episodes and baseline, as
@@ -151,20 +171,60 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         .iter()
         .map(|w| episode(w, &kt, &baseline, &accounts))
         .collect();
-    let baseline_accounts: Vec<TimeAccount> = baseline_windows(&windows, start, end)
-        .into_iter()
-        .map(|(a, b)| accounts.window(a, b))
+    let baseline_spans = baseline_windows(&windows, start, end);
+    let baseline_accounts: Vec<TimeAccount> = baseline_spans
+        .iter()
+        .map(|&(a, b)| accounts.window(a, b))
         .collect();
-    let classification = classify(
+    let mut classification = classify(
         &episodes,
         &baseline_accounts,
         &latency_report,
         opts.slo_ns.is_some(),
     );
+    let code_paths = paths::PathIndex::new(run, &threads).map(|index| {
+        let windows = |accounts: &mut dyn Iterator<Item = (&TimeAccount, u64, u64)>| {
+            let mut times = paths::PathTimes::default();
+            let mut total = 0u64;
+            for (a, start, end) in accounts {
+                total += end.saturating_sub(start);
+                if let Some(tid) = a.tid {
+                    index.add_window(&mut times, tid, start, end);
+                }
+            }
+            (times, total)
+        };
+        let (in_episodes, episode_ns) = windows(
+            &mut episodes
+                .iter()
+                .map(|e| (&e.account, e.window.start_ns, e.window.end_ns)),
+        );
+        let (in_baseline, baseline_ns) = windows(
+            &mut baseline_accounts
+                .iter()
+                .zip(&baseline_spans)
+                .map(|(a, &(s, e))| (a, s, e)),
+        );
+        for c in &mut classification.causes {
+            c.stacks = in_episodes.top_for(c.cause, episode_ns as f64, 5);
+        }
+        let median_user_depth = in_episodes.median_user_depth();
+        let mut notes = run.stacks.notes.clone();
+        notes.extend(paths::depth_note(median_user_depth));
+        CodePaths {
+            episodes: in_episodes.folded(),
+            episode_ns,
+            baseline: in_baseline.folded(),
+            baseline_ns,
+            median_user_depth,
+            notes,
+        }
+    });
     Analysis {
         latency: latency_report,
         episodes,
         classification,
+        code_paths,
     }
 }
 

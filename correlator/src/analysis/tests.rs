@@ -167,6 +167,8 @@ impl Synth {
             next_comm: by.into(),
             syscall,
             site,
+            kstack: None,
+            ustack: None,
         });
     }
 
@@ -284,6 +286,8 @@ impl Synth {
             sample_period_ns: 1_000_000,
             samples: 0,
             thread_names: BTreeMap::new(),
+            stack_samples: Vec::new(),
+            stacks: Default::default(),
         };
         let lat = LatencyCapture {
             source: "synthetic".into(),

@@ -113,6 +113,9 @@ pub enum Command {
     /// Test server: line protocol and HTTP, with periodic stalls.
     #[command(hide = true)]
     Testserver(TestServerArgs),
+    /// Test server whose spikes come from named functions (code paths).
+    #[command(hide = true)]
+    Pathserver(crate::harness::pathserver::PathServerArgs),
     /// The demo server with a switchable latency cause.
     #[command(hide = true)]
     DemoServer(crate::demo::server::DemoServerArgs),
@@ -246,6 +249,12 @@ pub struct ProbeArgs {
     /// user code and fault handling).
     #[arg(long, default_value_t = 997, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub sample_hz: u32,
+    /// Capture kernel and user stacks with every on-CPU sample and every
+    /// recorded off-CPU interval, so the report names the code paths
+    /// (functions) behind each cause. User stacks are walked by frame
+    /// pointers: binaries built without them yield their leaf function.
+    #[arg(long)]
+    pub stacks: bool,
     #[command(flatten)]
     pub passive: PassiveArgs,
 }
@@ -257,6 +266,7 @@ impl ProbeArgs {
             min_offcpu_record: self.min_offcpu,
             passive: self.passive.source()?,
             sample_hz: self.sample_hz,
+            stacks: self.stacks,
             ..crate::probes::ProbeConfig::default()
         })
     }

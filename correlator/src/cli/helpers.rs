@@ -25,6 +25,11 @@ pub fn testserver(a: &TestServerArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+pub fn pathserver(a: &crate::harness::pathserver::PathServerArgs) -> Result<ExitCode> {
+    crate::harness::pathserver::run(a)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn demo_server(a: &DemoServerArgs) -> Result<ExitCode> {
     crate::demo::server::run(a)?;
     Ok(ExitCode::SUCCESS)

@@ -39,6 +39,7 @@ pub fn execute(cli: Cli) -> Result<ExitCode> {
         Command::Doctor => doctor::run(),
         Command::Workload(a) => helpers::workload(&a),
         Command::Testserver(a) => helpers::testserver(&a),
+        Command::Pathserver(a) => helpers::pathserver(&a),
         Command::DemoServer(a) => helpers::demo_server(&a),
         Command::DemoHog(a) => helpers::demo_hog(&a),
         Command::SynthRun(a) => helpers::synth_run(&a),

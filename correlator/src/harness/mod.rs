@@ -1,11 +1,13 @@
 //! Helper targets for tests and benchmarks, run through hidden
 //! subcommands: the workload that does known work and times itself, the
-//! stalling test server, synthetic run files, the recorder's memory check.
+//! stalling test server, the code-path server, synthetic run files, the
+//! recorder's memory check.
 //! No product module imports this one (`cargo xtask layers` checks it);
 //! only the command line's dispatch (`cli/helpers.rs`) and the tests do.
 
 pub mod known_syscalls;
 pub mod memcheck;
+pub mod pathserver;
 pub mod synthetic;
 pub mod testserver;
 pub mod workload;

@@ -100,6 +100,8 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
                 next_comm: "kworker".into(),
                 syscall: None,
                 site: crate::timeline::syscalls::Site::Other,
+                kstack: None,
+                ustack: None,
             }
         })
         .collect();
@@ -148,6 +150,8 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         steal: Vec::new(),
         account_names: Vec::new(),
         thread_accounts: accounts,
+        stack_samples: Vec::new(),
+        stacks: Default::default(),
         syscalls: Vec::new(),
         syscall_totals: BTreeMap::new(),
         sample_period_ns: 1_003_009,

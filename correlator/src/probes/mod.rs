@@ -16,13 +16,13 @@ use std::{os::fd::OwnedFd, time::Duration};
 use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap},
     sys::{Stats, enable_stats},
 };
 use correlator_common::{
     BUCKET_SLOTS, Bucket, Config, CpuState, NUM_COUNTERS, NUM_IRQ_KINDS, NUM_SOFTIRQ_VECTORS,
-    NUM_TOTALS, OffCpuRecord, RequestRecord, SYSCALL_SLOTS, SyscallRecord, SyscallTotal,
-    TOTAL_IRQ_KIND_BASE, ThreadBucket, Total,
+    NUM_TOTALS, OffCpuRecord, RequestRecord, SYSCALL_SLOTS, SampleRecord, SyscallRecord,
+    SyscallTotal, TOTAL_IRQ_KIND_BASE, ThreadBucket, Total,
 };
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +30,11 @@ use crate::{
     clock,
     latency::passive::{PassiveSource, PassiveStats},
     target::Target,
-    timeline::{OffCpu, SyscallSpan, ThreadAccount, Timeline, syscalls},
+    timeline::{
+        OffCpu, SyscallSpan, ThreadAccount, Timeline,
+        stacks::{RawStacks, Sample},
+        syscalls,
+    },
 };
 
 /// The compiled kernel programs, built by build.rs through aya-build.
@@ -50,6 +54,8 @@ pub struct ProbeConfig {
     pub passive: Option<PassiveSource>,
     /// On-CPU samples of target threads per second (each CPU).
     pub sample_hz: u32,
+    /// Kernel and user stacks of samples and off-CPU records.
+    pub stacks: bool,
 }
 
 impl ProbeConfig {
@@ -72,6 +78,7 @@ impl Default for ProbeConfig {
             // Not 1000: off the 250 Hz tick's multiples, so samples do not
             // fall in step with timer work.
             sample_hz: 997,
+            stacks: false,
         }
     }
 }
@@ -104,6 +111,8 @@ pub struct Probes {
     accounts: RingBuf<MapData>,
     syscall_records: RingBuf<MapData>,
     syscall_totals: PerCpuArray<MapData, SyscallTotal>,
+    samples: RingBuf<MapData>,
+    stacks: StackTraceMap<MapData>,
     /// Names of tasks that ran while a target waited, by pid, for records
     /// the kernel side left unnamed (see `note_runner`).
     names: std::collections::HashMap<u32, String>,
@@ -153,6 +162,7 @@ impl Probes {
             task_cfs_rq_offset: 0,
             cfs_rq_rq_offset: 0,
             rq_steal_offset: 0,
+            stacks: u64::from(cfg.stacks),
         };
         let mut config = config;
         // Steal at ns resolution from the run queue; kernels without
@@ -229,6 +239,8 @@ impl Probes {
             accounts: take_map(&mut ebpf, "ACCOUNTS")?,
             syscall_records: take_map(&mut ebpf, "SYSCALL_RECORDS")?,
             syscall_totals: take_map(&mut ebpf, "SYSCALL_TOTALS")?,
+            samples: take_map(&mut ebpf, "SAMPLES")?,
+            stacks: take_map(&mut ebpf, "STACKS")?,
             names: std::collections::HashMap::new(),
             ebpf: Some(ebpf),
             bucket_ns,
@@ -308,6 +320,36 @@ impl Probes {
                 timeline.push_syscall(SyscallSpan::from(&rec));
             }
         }
+        while let Some(item) = self.samples.next() {
+            if item.len() >= size_of::<SampleRecord>() {
+                // SAFETY: as above, a whole SampleRecord.
+                let rec = unsafe { item.as_ptr().cast::<SampleRecord>().read_unaligned() };
+                timeline.push_sample(Sample::from(&rec));
+            }
+        }
+    }
+
+    /// The stacks the timeline's samples and off-CPU records reference, as
+    /// the kernel's stack map holds them (read once, at the end: the map
+    /// keeps every stack for the whole run).
+    fn raw_stacks(&self, timeline: &Timeline) -> RawStacks {
+        let (kernel, user) = RawStacks::wanted(timeline.samples().iter(), timeline.offcpu().iter());
+        let mut raw = RawStacks::default();
+        let read = |ids: Vec<u32>, missing: &mut u64| {
+            let mut out = std::collections::BTreeMap::new();
+            for id in ids {
+                match self.stacks.get(&id, 0) {
+                    Ok(st) => {
+                        out.insert(id, st.frames().iter().map(|f| f.ip).collect());
+                    }
+                    Err(_) => *missing += 1,
+                }
+            }
+            out
+        };
+        raw.kernel = read(kernel, &mut raw.missing);
+        raw.user = read(user, &mut raw.missing);
+        raw
     }
 
     /// Hands every pending passive request record to `f`.
@@ -348,20 +390,23 @@ impl Probes {
         costs
     }
 
-    /// Detaches every program, then drains everything that is left. Returns
-    /// the program costs and the kernel's totals.
+    /// Detaches every program, then drains everything that is left.
     pub fn finish(
         mut self,
         timeline: &mut Timeline,
         on_request: impl FnMut(&RequestRecord),
-    ) -> Result<(Vec<ProgramCost>, KernelTotals)> {
-        let costs = self.costs();
+    ) -> Result<Finished> {
+        let programs = self.costs();
         drop(self.ebpf.take());
         let end = clock::monotonic_ns() / self.bucket_ns + 1;
         self.drain_buckets(end, timeline)?;
         self.drain_records(timeline);
         self.drain_requests(on_request);
-        Ok((costs, self.read_totals()?))
+        Ok(Finished {
+            programs,
+            kernel: self.read_totals()?,
+            stacks: self.raw_stacks(timeline),
+        })
     }
 
     fn read_totals(&self) -> Result<KernelTotals> {
@@ -394,6 +439,9 @@ impl Probes {
         totals.accounts_lost = sum[Total::AccountsLost as usize];
         totals.syscall_records_lost = sum[Total::SyscallRecordsLost as usize];
         totals.samples = sum[Total::Samples as usize];
+        totals.stack_collisions = sum[Total::StackCollisions as usize];
+        totals.stack_errors = sum[Total::StackErrors as usize];
+        totals.sample_records_lost = sum[Total::SampleRecordsLost as usize];
         for nr in 0..SYSCALL_SLOTS {
             let per_cpu = self
                 .syscall_totals
@@ -412,6 +460,14 @@ impl Probes {
         }
         Ok(totals)
     }
+}
+
+/// What [`Probes::finish`] hands back besides the timeline.
+pub struct Finished {
+    pub programs: Vec<ProgramCost>,
+    pub kernel: KernelTotals,
+    /// Stacks referenced by the timeline, unsymbolized.
+    pub stacks: RawStacks,
 }
 
 /// `CORRELATOR_FLOOR_ONLY` set: every program returns at once (see

@@ -32,6 +32,11 @@ pub struct KernelTotals {
     pub syscall_records_lost: u64,
     /// On-CPU samples taken of target threads.
     pub samples: u64,
+    /// `--stacks`: stacks not stored (their slot held another stack),
+    /// stacks the kernel could not walk, sample records lost to a full ring.
+    pub stack_collisions: u64,
+    pub stack_errors: u64,
+    pub sample_records_lost: u64,
     /// Per syscall number: calls, total and off-CPU time.
     pub syscalls: Vec<(u32, SyscallTotal)>,
 }

@@ -9,7 +9,9 @@ pub mod terminal;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    analysis::{self, Analysis, AnalysisOptions, Classification, Episode, LatencyReport},
+    analysis::{
+        self, Analysis, AnalysisOptions, Classification, CodePaths, Episode, LatencyReport,
+    },
     latency::capture::LatencyCapture,
     runfile::{Environment, EventTotals, Losses, RunFile},
     target::Target,
@@ -66,6 +68,9 @@ pub struct Report {
     /// (`run --syscalls` / `--uprobe`): the coordinated-omission cross-check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_side: Option<ServerSide>,
+    /// `--stacks`: folded stacks of episode and baseline time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_paths: Option<CodePaths>,
     pub notes: Vec<String>,
 }
 
@@ -175,6 +180,7 @@ impl Report {
             latency: latency_report,
             episodes,
             classification,
+            code_paths,
         } = analysis::analyze(run, latency, opts);
         let programs: Vec<ProgramOverhead> = run
             .overhead
@@ -235,6 +241,7 @@ impl Report {
                 probes_cpu_share: probes_ns as f64 / run.duration_ns().max(1) as f64,
                 programs,
             },
+            code_paths,
             notes,
         }
     }

@@ -6,6 +6,7 @@
 //! events are stored) and off-CPU records are capped; records beyond the cap
 //! are counted, never silently dropped.
 
+pub mod stacks;
 pub mod steal;
 pub mod syscalls;
 
@@ -41,6 +42,12 @@ pub struct OffCpu {
     /// Where the blocked part waited.
     #[serde(default = "site_other")]
     pub site: Site,
+    /// `--stacks`: kernel and user stacks at the switch-out (ids in the
+    /// run's stack table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kstack: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ustack: Option<u32>,
 }
 
 fn site_other() -> Site {
@@ -64,6 +71,8 @@ impl From<&OffCpuRecord> for OffCpu {
             next_comm: String::from_utf8_lossy(&r.next_comm[..len]).into_owned(),
             syscall: r.syscall.checked_sub(1),
             site: Site::from_raw(r.site),
+            kstack: stacks::stack_id(r.kstack),
+            ustack: stacks::stack_id(r.ustack),
         }
     }
 }
@@ -141,6 +150,7 @@ pub struct Timeline {
     offcpu: Vec<OffCpu>,
     accounts: Vec<ThreadAccount>,
     syscalls: Vec<SyscallSpan>,
+    samples: Vec<stacks::Sample>,
     max_records: usize,
     records_over_cap: u64,
 }
@@ -154,6 +164,7 @@ impl Timeline {
             offcpu: Vec::new(),
             accounts: Vec::new(),
             syscalls: Vec::new(),
+            samples: Vec::new(),
             max_records,
             records_over_cap: 0,
         }
@@ -209,6 +220,19 @@ impl Timeline {
             self.max_records,
             &mut self.records_over_cap,
         );
+    }
+
+    pub fn push_sample(&mut self, sample: stacks::Sample) {
+        Self::capped(
+            &mut self.samples,
+            sample,
+            self.max_records,
+            &mut self.records_over_cap,
+        );
+    }
+
+    pub fn samples(&self) -> &[stacks::Sample] {
+        &self.samples
     }
 
     pub fn accounts(&self) -> &[ThreadAccount] {
@@ -272,6 +296,8 @@ mod tests {
             next_comm: String::new(),
             syscall: None,
             site: Site::Other,
+            kstack: None,
+            ustack: None,
         };
         t.push_offcpu(rec.clone());
         t.push_offcpu(rec);

@@ -1,0 +1,363 @@
+//! Code paths: where, in the code, the accounted thread's time went during
+//! episodes and baseline windows (`--stacks`).
+//!
+//! Each on-CPU sample of the accounted thread inside a window stands for
+//! one sample period of its CPU time, with the kernel and user stack at
+//! that instant; each off-CPU interval recorded for it stands for its
+//! overlap with the window, with the stacks at its switch-out. A path's
+//! share is its time over all episode time (the denominator of a cause's
+//! share), so a function's share is comparable with its cause's.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    causes::CauseKind,
+    kernel::{OffKind, Threads},
+};
+use crate::{
+    runfile::RunFile,
+    timeline::{
+        stacks::{Sample, SampleContext, StackKind, StackTable},
+        syscalls::{self, Site},
+    },
+};
+
+/// What the thread was doing on a path: the root frame of folded stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PathCategory {
+    OnCpu(SampleContext),
+    Blocked(Site),
+    /// Waiting for a CPU.
+    Runnable,
+}
+
+impl PathCategory {
+    pub fn label(self) -> String {
+        match self {
+            PathCategory::OnCpu(SampleContext::User) => "on-cpu user".into(),
+            PathCategory::OnCpu(SampleContext::Syscall) => "on-cpu syscall".into(),
+            PathCategory::OnCpu(SampleContext::Fault) => "on-cpu kernel (fault)".into(),
+            PathCategory::OnCpu(SampleContext::Irq) => "on-cpu softirq".into(),
+            PathCategory::Blocked(site) => format!("blocked {}", site.name()),
+            PathCategory::Runnable => "runnable (waiting for a CPU)".into(),
+        }
+    }
+
+    /// Whether this category's time is evidence for `cause`.
+    fn evidence_for(self, cause: CauseKind) -> bool {
+        use PathCategory::{Blocked, OnCpu, Runnable};
+        match cause {
+            CauseKind::OnCpu | CauseKind::Queueing => self == OnCpu(SampleContext::User),
+            CauseKind::PageFaults => self == OnCpu(SampleContext::Fault),
+            CauseKind::Syscall => self == OnCpu(SampleContext::Syscall),
+            CauseKind::Softirq => self == OnCpu(SampleContext::Irq),
+            CauseKind::MajorFaults => self == Blocked(Site::Fault),
+            CauseKind::Migrations => self == Blocked(Site::Migration),
+            CauseKind::Blocking => matches!(
+                self,
+                Blocked(Site::Lock | Site::Io | Site::Sleep | Site::Other)
+            ),
+            CauseKind::Preemption => self == Runnable,
+            CauseKind::Hardirq | CauseKind::Steal | CauseKind::Idle => false,
+        }
+    }
+}
+
+/// One code path with its time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CodePath {
+    /// Frames from the outermost caller to the leaf; kernel frames end in
+    /// `_[k]` (the flame-graph convention), user frames come first.
+    pub frames: Vec<String>,
+    /// Share of all episode time (as a cause's share is).
+    pub share: f64,
+    pub time_ns: u64,
+}
+
+/// Time per (category, stack), for one set of windows.
+#[derive(Default)]
+pub struct PathTimes {
+    by_path: HashMap<(PathCategory, Vec<String>), f64>,
+    /// User stack depth of each sample or interval with a user stack.
+    user_depths: Vec<usize>,
+}
+
+impl PathTimes {
+    /// Folded stacks (`category;frame;...;leaf` → µs), for flame graphs.
+    pub fn folded(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for ((cat, frames), ns) in &self.by_path {
+            let mut line = cat.label();
+            for f in frames {
+                line.push(';');
+                // `;` separates frames and a space the count: neither may
+                // appear in a frame (C++ and Rust names can hold spaces).
+                line.push_str(&f.replace([';', ' '], "_"));
+            }
+            *out.entry(line).or_default() += (*ns / 1e3).round() as u64;
+        }
+        out.retain(|_, v| *v > 0);
+        out
+    }
+
+    /// The heaviest paths that are evidence for `cause`, with their share
+    /// of `total_ns`. Paths are compared by their [`trimmed`] form: the
+    /// same function reached the same way is one path, whatever the
+    /// kernel did deep below its entry point.
+    pub fn top_for(&self, cause: CauseKind, total_ns: f64, n: usize) -> Vec<CodePath> {
+        let mut by_trimmed: HashMap<Vec<String>, f64> = HashMap::new();
+        for ((cat, frames), ns) in &self.by_path {
+            if cat.evidence_for(cause) && !frames.is_empty() {
+                *by_trimmed.entry(trimmed(frames)).or_default() += ns;
+            }
+        }
+        let mut paths: Vec<CodePath> = by_trimmed
+            .into_iter()
+            .map(|(frames, ns)| CodePath {
+                frames,
+                share: ns / total_ns.max(1.0),
+                time_ns: ns as u64,
+            })
+            .collect();
+        paths.sort_by(|a, b| b.time_ns.cmp(&a.time_ns).then(a.frames.cmp(&b.frames)));
+        paths.truncate(n);
+        paths
+    }
+
+    /// Median user stack depth, if any user stack was seen.
+    pub fn median_user_depth(&self) -> Option<usize> {
+        let mut d = self.user_depths.clone();
+        d.sort_unstable();
+        d.get(d.len() / 2).copied()
+    }
+}
+
+/// Samples and off-CPU spans of the run, indexed for window queries.
+pub struct PathIndex<'a> {
+    run: &'a RunFile,
+    /// Samples per thread, sorted by time.
+    samples: HashMap<u32, Vec<&'a Sample>>,
+    threads: &'a Threads<'a>,
+}
+
+impl<'a> PathIndex<'a> {
+    /// `None` when the run has no stacks (`--stacks` was off).
+    pub fn new(run: &'a RunFile, threads: &'a Threads<'a>) -> Option<Self> {
+        if run.stacks.is_empty() {
+            return None;
+        }
+        let mut samples: HashMap<u32, Vec<&Sample>> = HashMap::new();
+        for s in &run.stack_samples {
+            samples.entry(s.tid).or_default().push(s);
+        }
+        for v in samples.values_mut() {
+            v.sort_by_key(|s| s.ts);
+        }
+        Some(Self {
+            run,
+            samples,
+            threads,
+        })
+    }
+
+    /// Adds the time of thread `tid` in [start, end) to `out`.
+    pub fn add_window(&self, out: &mut PathTimes, tid: u32, start: u64, end: u64) {
+        let table = &self.run.stacks;
+        let period = self.run.sample_period_ns as f64;
+        if let Some(samples) = self.samples.get(&tid) {
+            let from = samples.partition_point(|s| s.ts < start);
+            for s in samples[from..].iter().take_while(|s| s.ts < end) {
+                let frames = path(table, s.kstack, s.ustack, s.syscall);
+                if let Some(u) = s.ustack {
+                    out.user_depths.push(table.user_depth(u));
+                }
+                *out.by_path
+                    .entry((PathCategory::OnCpu(s.context), frames))
+                    .or_default() += period;
+            }
+        }
+        for span in self
+            .threads
+            .overlapping(start, end)
+            .filter(|sp| sp.record.tid == tid)
+        {
+            let r = span.record;
+            let cat = match span.kind {
+                OffKind::Blocked => PathCategory::Blocked(r.site),
+                OffKind::Runnable => PathCategory::Runnable,
+            };
+            let frames = path(table, r.kstack, r.ustack, r.syscall);
+            if let Some(u) = r.ustack {
+                out.user_depths.push(table.user_depth(u));
+            }
+            *out.by_path.entry((cat, frames)).or_default() += span.overlap(start, end) as f64;
+        }
+    }
+}
+
+/// User frames kept (from the leaf) and kernel frames kept (from the
+/// entry) in a cause's code paths.
+const USER_FRAMES: usize = 6;
+const KERNEL_FRAMES: usize = 4;
+
+/// A path cut to what tells paths apart: the innermost user frames (the
+/// outermost ones are the same `main` and runtime everywhere, and where a
+/// user stack walk stopped varies) and the kernel's entry frames (the
+/// fault or syscall path; deeper frames are the allocator or scheduler of
+/// the moment).
+pub fn trimmed(frames: &[String]) -> Vec<String> {
+    let split = frames
+        .iter()
+        .position(|f| f.ends_with("_[k]"))
+        .unwrap_or(frames.len());
+    let (user, kernel) = frames.split_at(split);
+    user[user.len().saturating_sub(USER_FRAMES)..]
+        .iter()
+        .chain(kernel.iter().take(KERNEL_FRAMES))
+        .cloned()
+        .collect()
+}
+
+/// One path's frames, outermost first: user frames, then the syscall (if
+/// the kernel stack is missing), then kernel frames marked `_[k]`.
+fn path(
+    table: &StackTable,
+    kstack: Option<u32>,
+    ustack: Option<u32>,
+    syscall: Option<u32>,
+) -> Vec<String> {
+    let mut frames: Vec<String> = ustack
+        .map(|u| {
+            let mut f: Vec<String> = table.frames(StackKind::User, u).map(String::from).collect();
+            f.reverse();
+            f
+        })
+        .unwrap_or_default();
+    let kernel: Vec<String> = kstack
+        .map(|k| {
+            let mut f: Vec<String> = table
+                .frames(StackKind::Kernel, k)
+                .map(|n| format!("{n}_[k]"))
+                .collect();
+            f.reverse();
+            f
+        })
+        .unwrap_or_default();
+    if kernel.is_empty()
+        && let Some(nr) = syscall
+    {
+        frames.push(format!("{}_[k]", syscalls::name(nr)));
+    }
+    frames.extend(kernel);
+    frames
+}
+
+/// How deep user stacks went, and what the user can do about short ones:
+/// the kernel walks user stacks by frame pointers only.
+pub fn depth_note(median: Option<usize>) -> Option<String> {
+    match median {
+        Some(d) if d <= 2 => Some(format!(
+            "user stacks stopped after {d} frame{} (median): the binary or its libraries were most likely built without frame pointers, and the kernel walks user stacks by frame pointers only; the leaf function and the kernel path are exact. For full stacks rebuild with -fno-omit-frame-pointer (C/C++) or RUSTFLAGS=\"-C force-frame-pointers=yes\" (Rust)",
+            if d == 1 { "" } else { "s" }
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::stacks::StackTableBuilder;
+
+    #[test]
+    fn paths_put_user_frames_first_and_mark_kernel_frames() {
+        let mut b = StackTableBuilder::default();
+        b.add(StackKind::User, 1, &["leaf".into(), "main".into()]);
+        b.add(
+            StackKind::Kernel,
+            2,
+            &["handle_mm_fault".into(), "exc_page_fault".into()],
+        );
+        let t = b.finish(0);
+        assert_eq!(
+            path(&t, Some(2), Some(1), None),
+            ["main", "leaf", "exc_page_fault_[k]", "handle_mm_fault_[k]"]
+        );
+        // No kernel stack: the syscall stands in for it.
+        assert_eq!(
+            path(&t, None, Some(1), Some(0)),
+            ["main", "leaf", "read_[k]"]
+        );
+    }
+
+    #[test]
+    fn trimming_keeps_inner_user_and_entry_kernel_frames() {
+        let f: Vec<String> = [
+            "main",
+            "a",
+            "b",
+            "c",
+            "d",
+            "e",
+            "f",
+            "g",
+            "entry_[k]",
+            "do_[k]",
+            "x_[k]",
+            "y_[k]",
+            "z_[k]",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            trimmed(&f),
+            [
+                "b",
+                "c",
+                "d",
+                "e",
+                "f",
+                "g",
+                "entry_[k]",
+                "do_[k]",
+                "x_[k]",
+                "y_[k]"
+            ]
+        );
+    }
+
+    #[test]
+    fn folded_lines_have_no_stray_separators() {
+        let mut p = PathTimes::default();
+        p.by_path.insert(
+            (
+                PathCategory::OnCpu(SampleContext::User),
+                vec!["a b".into(), "c;d".into()],
+            ),
+            2_000.0,
+        );
+        let f = p.folded();
+        assert_eq!(f.get("on-cpu user;a_b;c_d"), Some(&2));
+    }
+
+    #[test]
+    fn causes_take_their_own_categories() {
+        let mut p = PathTimes::default();
+        p.by_path.insert(
+            (PathCategory::OnCpu(SampleContext::Fault), vec!["f".into()]),
+            30.0,
+        );
+        p.by_path.insert(
+            (PathCategory::Blocked(Site::Lock), vec!["futex".into()]),
+            70.0,
+        );
+        let faults = p.top_for(CauseKind::PageFaults, 100.0, 5);
+        assert_eq!(faults.len(), 1);
+        assert!((faults[0].share - 0.3).abs() < 1e-9);
+        let blocking = p.top_for(CauseKind::Blocking, 100.0, 5);
+        assert_eq!(blocking[0].frames, ["futex"]);
+        assert!(p.top_for(CauseKind::Steal, 100.0, 5).is_empty());
+    }
+}

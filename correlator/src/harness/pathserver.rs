@@ -1,0 +1,264 @@
+//! The code-path helper (`correlator pathserver`, hidden): a line-protocol
+//! server whose latency spikes come from named, never-inlined functions,
+//! each timed by the server itself, so a test can check that the report
+//! names the function and gives it the share of episode time it really
+//! took. Built with frame pointers (the workspace's rustflags), so its user
+//! stacks are walked through these functions.
+//!
+//! One thread serves every connection, so requests queue behind whatever
+//! it does. On a trigger (every `--every`, exactly for `fault`, at random
+//! times of that mean otherwise) the next request runs:
+//! - `fault`: `fault_burst()`, writing memory whose pages the trigger
+//!   dropped (one minor fault per page), a periodic job;
+//! - `stall`: `rare_stall()`, busy in user code;
+//! - `lock`: `wait_for_lock()`, blocked in a futex wait on a word another
+//!   thread holds.
+//!
+//! Each function does its kernel work itself (the faults, or the futex
+//! syscall by inline assembly): a libc wrapper built without frame pointers
+//! between it and the kernel would hide it from a frame-pointer walk
+//! (the walk would go from the wrapper straight to its caller's caller).
+//!
+//! Each call is written to `--events` as a JSON line
+//! `{"function", "start_ns", "end_ns"}` (CLOCK_MONOTONIC).
+
+use std::{
+    io::Write as _,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    },
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+use tokio::{
+    io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader},
+    net::{TcpListener, TcpStream},
+};
+
+use crate::{clock::monotonic_ns, memory::Region};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PathKind {
+    Fault,
+    Stall,
+    Lock,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct PathServerArgs {
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    #[arg(long, value_enum)]
+    pub path: PathKind,
+    /// Period (fault) or mean gap (stall, lock) between events.
+    #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
+    pub every: Duration,
+    /// How long a stall or a lock hold lasts; the fault burst's size is
+    /// `--mib` instead.
+    #[arg(long, default_value = "15ms", value_parser = humantime::parse_duration)]
+    pub hold: Duration,
+    #[arg(long, default_value_t = 64)]
+    pub mib: usize,
+    /// JSON lines of every timed call.
+    #[arg(long)]
+    pub events: std::path::PathBuf,
+}
+
+struct State {
+    args: PathServerArgs,
+    pending: AtomicBool,
+    /// `lock`: 1 while the trigger holds it.
+    lock: AtomicU32,
+    /// `fault`: the memory `fault_burst` writes.
+    region: Option<Region>,
+    events: Mutex<std::fs::File>,
+}
+
+impl State {
+    fn log(&self, function: &str, start_ns: u64, end_ns: u64) {
+        let line = format!(
+            "{{\"function\":\"{function}\",\"start_ns\":{start_ns},\"end_ns\":{end_ns}}}\n"
+        );
+        let mut f = self
+            .events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = f.write_all(line.as_bytes());
+    }
+}
+
+/// Writes every page of `region`, whose pages were dropped: one minor
+/// fault per page, on the request path.
+#[inline(never)]
+fn fault_burst(region: &Region) {
+    std::hint::black_box(region.touch(true));
+}
+
+/// Busy in user code for `d`.
+#[inline(never)]
+fn rare_stall(d: Duration) {
+    let end = std::time::Instant::now() + d;
+    let mut x = 0u64;
+    while std::time::Instant::now() < end {
+        for _ in 0..1_000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+}
+
+/// Waits until the trigger releases the lock word, in FUTEX_WAIT.
+#[inline(never)]
+fn wait_for_lock(lock: &AtomicU32) {
+    while lock.load(Ordering::Acquire) == 1 {
+        futex(lock, libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 1);
+    }
+}
+
+/// The futex syscall, made here rather than through libc (see the module
+/// docs).
+#[inline(always)]
+fn futex(word: &AtomicU32, op: i32, val: u32) {
+    let ret: i64;
+    // SAFETY: futex(2) on a valid, aligned u32 with a null timeout; it
+    // only reads the word, and clobbers rcx and r11 as every syscall does.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") libc::SYS_futex => ret,
+            in("rdi") word.as_ptr(),
+            in("rsi") i64::from(op),
+            in("rdx") u64::from(val),
+            in("r10") 0u64,
+            in("r8") 0u64,
+            in("r9") 0u64,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    std::hint::black_box(ret);
+}
+
+/// The request path: the triggered work, timed, then nothing.
+#[inline(never)]
+fn handle_request(state: &State) {
+    if !state.pending.swap(false, Ordering::Relaxed) {
+        return;
+    }
+    let start = monotonic_ns();
+    let name = match state.args.path {
+        PathKind::Fault => {
+            if let Some(region) = &state.region {
+                fault_burst(region);
+            }
+            "fault_burst"
+        }
+        PathKind::Stall => {
+            rare_stall(state.args.hold);
+            "rare_stall"
+        }
+        PathKind::Lock => {
+            wait_for_lock(&state.lock);
+            "wait_for_lock"
+        }
+    };
+    state.log(name, start, monotonic_ns());
+}
+
+/// Sets the trigger: exactly periodic for `fault`, random gaps of the
+/// same mean otherwise; for `lock`, holds the lock across the trigger so
+/// the next request waits for it.
+fn trigger(state: &State) {
+    let mut rng = crate::stats::Rng::new(u64::from(std::process::id()));
+    let every = state.args.every;
+    let mut next = std::time::Instant::now() + every;
+    loop {
+        let gap = if state.args.path == PathKind::Fault {
+            every
+        } else {
+            every.mul_f64(0.3 + 1.4 * rng.unit())
+        };
+        next += gap;
+        std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
+        match state.args.path {
+            PathKind::Lock => {
+                state.lock.store(1, Ordering::Release);
+                state.pending.store(true, Ordering::Relaxed);
+                std::thread::sleep(state.args.hold);
+                state.lock.store(0, Ordering::Release);
+                futex(
+                    &state.lock,
+                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                    u32::MAX >> 1,
+                );
+            }
+            PathKind::Fault => {
+                if let Some(region) = &state.region {
+                    region.drop_pages();
+                }
+                state.pending.store(true, Ordering::Relaxed);
+            }
+            PathKind::Stall => state.pending.store(true, Ordering::Relaxed),
+        }
+    }
+}
+
+pub fn run(args: &PathServerArgs) -> Result<()> {
+    let events = std::fs::File::create(&args.events)
+        .with_context(|| format!("cannot create {}", args.events.display()))?;
+    let state = Arc::new(State {
+        args: args.clone(),
+        pending: AtomicBool::new(false),
+        lock: AtomicU32::new(0),
+        region: match args.path {
+            PathKind::Fault => {
+                let region = Region::anonymous(args.mib << 20).context("cannot map memory")?;
+                region.touch(true);
+                Some(region)
+            }
+            _ => None,
+        },
+        events: Mutex::new(events),
+    });
+    {
+        let state = Arc::clone(&state);
+        std::thread::Builder::new()
+            .name("path-trigger".into())
+            .spawn(move || trigger(&state))?;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    rt.block_on(async move {
+        let listener = TcpListener::bind(&state.args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", state.args.listen))?;
+        println!("listening on {}", listener.local_addr()?);
+        std::io::stdout().flush()?;
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let _ = stream.set_nodelay(true);
+            let state = Arc::clone(&state);
+            tokio::spawn(async move {
+                let _ = connection(stream, &state).await;
+            });
+        }
+    })
+}
+
+async fn connection(stream: TcpStream, state: &State) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).await? == 0 {
+            return Ok(());
+        }
+        handle_request(state);
+        write.write_all(b"ok\n").await?;
+    }
+}

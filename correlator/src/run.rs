@@ -19,7 +19,7 @@ use crate::{
     loadgen::{self, LoadOptions, LoadResult},
     probes::ProbeConfig,
     record::{self, Session},
-    report::{Report, html, perfetto, terminal},
+    report::{Report, flame, html, perfetto, terminal},
     runfile::RunFile,
     target::Target,
 };
@@ -30,6 +30,8 @@ pub struct Outputs {
     pub json: Option<PathBuf>,
     pub html: Option<PathBuf>,
     pub perfetto: Option<PathBuf>,
+    /// Folded stacks of episodes (and beside it, of the baseline).
+    pub folded: Option<PathBuf>,
     /// The raw run (kernel timeline and latency), for `correlator report`.
     pub run_file: Option<PathBuf>,
 }
@@ -151,6 +153,13 @@ pub fn write_outputs(run: &RunFile, report: &Report, out: &Outputs) -> Result<()
     if let Some(p) = &out.html {
         write(p, html::render(report))?;
     }
+    if let Some(p) = &out.folded {
+        let cp = report.code_paths.as_ref().ok_or_else(|| {
+            anyhow!("no code paths in this run: record it with --stacks for --folded")
+        })?;
+        write(p, flame::folded(&cp.episodes))?;
+        write(&baseline_sibling(p), flame::folded(&cp.baseline))?;
+    }
     if let Some(p) = &out.perfetto {
         let latency = run
             .latency
@@ -164,6 +173,21 @@ pub fn write_outputs(run: &RunFile, report: &Report, out: &Outputs) -> Result<()
     Ok(())
 }
 
+/// Where the baseline's folded stacks go beside `p`: `x.folded` →
+/// `x.baseline.folded` (`x` → `x.baseline`).
+pub fn baseline_sibling(p: &Path) -> PathBuf {
+    let stem = p
+        .file_stem()
+        .map_or_else(Default::default, |s| s.to_os_string());
+    let mut name = stem;
+    name.push(".baseline");
+    if let Some(ext) = p.extension() {
+        name.push(".");
+        name.push(ext);
+    }
+    p.with_file_name(name)
+}
+
 /// Prints the terminal summary and where the other views went.
 pub fn print_summary(report: &Report, out: &Outputs) {
     print!("{}", terminal::render(report));
@@ -171,6 +195,7 @@ pub fn print_summary(report: &Report, out: &Outputs) {
         ("report JSON", &out.json),
         ("HTML report", &out.html),
         ("Perfetto trace", &out.perfetto),
+        ("folded stacks (episodes)", &out.folded),
         ("run file", &out.run_file),
     ] {
         if let Some(p) = p {

@@ -1,8 +1,8 @@
 //! correlator's integration tests, one binary (one link of the crate):
 //! command-line errors, compare, the load generator against real servers,
 //! and the live suites that need root and BPF (probes against the kernel's
-//! own counters, syscalls and wait sites, passive latency, run, demo,
-//! experiments). Live tests fail rather than skip when `CI=true`.
+//! own counters, syscalls and wait sites, passive latency, run, code
+//! paths, demo, experiments). Live tests fail rather than skip when `CI=true`.
 
 /// A test that needs root and BPF: skipped, with the reason printed,
 /// outside CI; a failure when `CI=true`.
@@ -29,4 +29,5 @@ mod loadgen;
 mod passive_live;
 mod probes_live;
 mod run_live;
+mod stacks_live;
 mod syscalls_live;

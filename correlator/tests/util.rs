@@ -162,8 +162,14 @@ impl Drop for Proc {
 
 /// Starts correlator's demo server; returns it and its address.
 pub fn demo_server(args: &[&str]) -> (Proc, String) {
+    helper_server("demo-server", args)
+}
+
+/// Starts one of correlator's helper servers (it prints "listening on
+/// ADDR" when ready); returns it and its address.
+pub fn helper_server(command: &str, args: &[&str]) -> (Proc, String) {
     let mut child = Command::new(BIN)
-        .arg("demo-server")
+        .arg(command)
         .args(args)
         .stdout(Stdio::piped())
         .spawn()

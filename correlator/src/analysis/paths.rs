@@ -31,17 +31,24 @@ pub enum PathCategory {
     Blocked(Site),
     /// Waiting for a CPU.
     Runnable,
+    /// On the CPU inside correlator's own kernel programs (a sample that
+    /// landed in a tracepoint's BPF program): the probes' cost, shown as
+    /// such and evidence for no cause.
+    Probes,
 }
 
 impl PathCategory {
+    /// The root frame in folded stacks (no spaces or `;`: the format's
+    /// separators).
     pub fn label(self) -> String {
         match self {
-            PathCategory::OnCpu(SampleContext::User) => "on-cpu user".into(),
-            PathCategory::OnCpu(SampleContext::Syscall) => "on-cpu syscall".into(),
-            PathCategory::OnCpu(SampleContext::Fault) => "on-cpu kernel (fault)".into(),
-            PathCategory::OnCpu(SampleContext::Irq) => "on-cpu softirq".into(),
-            PathCategory::Blocked(site) => format!("blocked {}", site.name()),
-            PathCategory::Runnable => "runnable (waiting for a CPU)".into(),
+            PathCategory::OnCpu(SampleContext::User) => "on-cpu:user".into(),
+            PathCategory::OnCpu(SampleContext::Syscall) => "on-cpu:syscall".into(),
+            PathCategory::OnCpu(SampleContext::Fault) => "on-cpu:fault".into(),
+            PathCategory::OnCpu(SampleContext::Irq) => "on-cpu:softirq".into(),
+            PathCategory::Blocked(site) => format!("blocked:{}", site.name()),
+            PathCategory::Runnable => "runnable".into(),
+            PathCategory::Probes => "on-cpu:correlator-probes".into(),
         }
     }
 
@@ -62,6 +69,28 @@ impl PathCategory {
             CauseKind::Preemption => self == Runnable,
             CauseKind::Hardirq | CauseKind::Steal | CauseKind::Idle => false,
         }
+    }
+
+    /// The category of a sample: its context, corrected by its kernel
+    /// stack where that tells more. The kernel side calls kernel time
+    /// outside syscalls and IRQs "fault"; the stack shows whether it was
+    /// fault handling, syscall entry/exit work, or the probes themselves.
+    fn of_sample(context: SampleContext, frames: &[String]) -> Self {
+        let has = |needle: &str| frames.iter().any(|f| f.contains(needle));
+        if context == SampleContext::User {
+            return PathCategory::OnCpu(context);
+        }
+        if has("bpf_trace_run") || has("__bpf_trace_") {
+            return PathCategory::Probes;
+        }
+        if context == SampleContext::Fault
+            && !frames.is_empty()
+            && !has("exc_page_fault")
+            && has("entry_SYSCALL")
+        {
+            return PathCategory::OnCpu(SampleContext::Syscall);
+        }
+        PathCategory::OnCpu(context)
     }
 }
 
@@ -173,9 +202,8 @@ impl<'a> PathIndex<'a> {
                 if let Some(u) = s.ustack {
                     out.user_depths.push(table.user_depth(u));
                 }
-                *out.by_path
-                    .entry((PathCategory::OnCpu(s.context), frames))
-                    .or_default() += period;
+                let cat = PathCategory::of_sample(s.context, &frames);
+                *out.by_path.entry((cat, frames)).or_default() += period;
             }
         }
         for span in self
@@ -329,6 +357,33 @@ mod tests {
     }
 
     #[test]
+    fn samples_are_recategorised_by_their_kernel_stack() {
+        let f = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let fault = SampleContext::Fault;
+        assert_eq!(
+            PathCategory::of_sample(fault, &f(&["main", "asm_exc_page_fault_[k]"])),
+            PathCategory::OnCpu(fault)
+        );
+        assert_eq!(
+            PathCategory::of_sample(
+                fault,
+                &f(&[
+                    "entry_SYSCALL_64_after_hwframe_[k]",
+                    "syscall_exit_work_[k]"
+                ])
+            ),
+            PathCategory::OnCpu(SampleContext::Syscall)
+        );
+        assert_eq!(
+            PathCategory::of_sample(
+                SampleContext::Syscall,
+                &f(&["do_syscall_64_[k]", "bpf_trace_run2_[k]"])
+            ),
+            PathCategory::Probes
+        );
+    }
+
+    #[test]
     fn folded_lines_have_no_stray_separators() {
         let mut p = PathTimes::default();
         p.by_path.insert(
@@ -339,7 +394,7 @@ mod tests {
             2_000.0,
         );
         let f = p.folded();
-        assert_eq!(f.get("on-cpu user;a_b;c_d"), Some(&2));
+        assert_eq!(f.get("on-cpu:user;a_b;c_d"), Some(&2));
     }
 
     #[test]

@@ -208,6 +208,12 @@ pub struct ReportOutputs {
     /// Chrome/Perfetto trace JSON (open in ui.perfetto.dev).
     #[arg(long)]
     pub perfetto: Option<PathBuf>,
+    /// Folded stacks of episode time (runs recorded with --stacks), for
+    /// inferno or flamegraph.pl: FILE holds the episodes' stacks and
+    /// FILE's `.baseline` sibling (x.folded → x.baseline.folded) the
+    /// baseline windows'; counts are µs.
+    #[arg(long)]
+    pub folded: Option<PathBuf>,
     /// Spike threshold (default: max(5 × p50, p50 + 1 ms)).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub slo: Option<Duration>,
@@ -571,6 +577,7 @@ impl ReportOutputs {
             json: self.out.clone(),
             html: self.html.clone(),
             perfetto: self.perfetto.clone(),
+            folded: self.folded.clone(),
             run_file,
         }
     }

@@ -165,6 +165,7 @@ pub fn run_scenario(exe: &PathBuf, s: Scenario, opts: &SuiteOptions) -> Result<O
         json: Some(base.with_extension("json")),
         html: Some(base.with_extension("html")),
         perfetto: None,
+        folded: None,
         run_file: Some(base.with_extension("run")),
     };
     let (_, report) = run::run(RunOptions {

@@ -345,16 +345,45 @@ fn server_side(r: &Report) -> String {
     )
 }
 
+/// The code-path flame graph (runs recorded with `--stacks`), inline:
+/// inferno's SVG carries its own search and zoom script.
+fn flame_section(r: &Report) -> String {
+    let Some(cp) = &r.code_paths else {
+        return String::new();
+    };
+    let Some(svg) = super::flame::svg(cp) else {
+        return String::new();
+    };
+    // Inline SVG in HTML takes no XML prolog or doctype.
+    let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
+    format!(
+        "<h2>Code paths during episodes</h2><p>The accounted thread's on-CPU samples and off-CPU time in episodes, by stack (user frames, then kernel frames marked _[k]; the root frame says what the thread was doing). Click to zoom.</p>{body}"
+    )
+}
+
 pub fn render(r: &Report) -> String {
     let c = &r.classification;
     let mut causes = String::new();
     for cause in &c.causes {
+        let paths: String = cause
+            .stacks
+            .iter()
+            .take(3)
+            .map(|p| {
+                format!(
+                    "<br><small>code path {:.0}%: {}</small>",
+                    p.share * 100.0,
+                    esc(&super::flame::one_line(p))
+                )
+            })
+            .collect();
         let _ = write!(
             causes,
-            "<tr><td><b>{}</b></td><td>{:.2}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td><b>{}</b></td><td>{:.2}</td><td>{}{}</td><td>{}</td></tr>",
             esc(cause.cause.name()),
             cause.score,
             esc(&cause.evidence),
+            paths,
             esc(&cause.experiment)
         );
     }
@@ -396,6 +425,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 <p>{count} requests, {spikes} spikes, {timeouts} timeouts, {errors} errors</p>
 {server_side}
 <h2>Where each episode's time went</h2>{account}
+{flame}
 <h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run); lost kernel records/events: {lost}</p>
 <ul>{notes}</ul></body></html>"#,
         comm = esc(&r.target.comm),
@@ -416,6 +446,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
         timeouts = r.latency.timeouts,
         errors = r.latency.errors,
         account = account_plot(r),
+        flame = flame_section(r),
         probe_ms = r.overhead.probes_cpu_ms,
         probe_share = r.overhead.probes_cpu_share * 100.0,
         lost = r.events.lost,

@@ -2,6 +2,7 @@
 //! views: terminal, JSON, HTML with SVG plots, and a Perfetto / Chrome trace.
 //! Every view renders this one model.
 
+pub mod flame;
 pub mod html;
 pub mod perfetto;
 pub mod terminal;
@@ -218,6 +219,9 @@ impl Report {
         notes.push(format!(
             "the run lasted {duration_s:.1} s: it says nothing about events rarer than that"
         ));
+        if let Some(cp) = &code_paths {
+            notes.extend(cp.notes.iter().map(|n| format!("code paths: {n}")));
+        }
         Self {
             schema: SCHEMA.into(),
             correlator_version: env!("CARGO_PKG_VERSION").into(),

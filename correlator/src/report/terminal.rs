@@ -32,6 +32,14 @@ pub fn render(r: &Report) -> String {
                 cause.score,
                 cause.evidence
             );
+            for path in cause.stacks.iter().take(2) {
+                let _ = writeln!(
+                    out,
+                    "     code path {:>3.0}%: {}",
+                    path.share * 100.0,
+                    super::flame::one_line(path)
+                );
+            }
             let _ = writeln!(out, "     → confirm: {}", cause.experiment);
         }
         if c.causes.len() > 3 {

@@ -1,0 +1,163 @@
+//! Code paths against ground truth: the pathserver helper spends known
+//! time in named, never-inlined functions (it times every call itself);
+//! `correlator run --stacks` must name the function in the evidence of the
+//! right cause and give it the share of episode time the helper measured,
+//! within 10 points. Needs root + BPF (fails, not skips, with CI=true).
+
+use std::{path::Path, process::Command};
+
+use serde_json::Value;
+
+use crate::util::{BIN, helper_server, scratch};
+
+/// Runs the helper in `mode`, loads it with `correlator run --stacks`, and
+/// returns the report and the helper's own timed calls.
+fn run(mode: &str, every: &str, dir: &Path) -> (Value, Vec<(u64, u64)>) {
+    let events = dir.join("events.jsonl");
+    let (server, addr) = helper_server(
+        "pathserver",
+        &[
+            "--path",
+            mode,
+            "--every",
+            every,
+            "--events",
+            events.to_str().expect("path"),
+        ],
+    );
+    // One CPU for the server: the load generator keeps the other.
+    let _ = Command::new("taskset")
+        .args(["-pc", "0", &server.0.id().to_string()])
+        .output();
+    let out = dir.join("report.json");
+    let folded = dir.join("paths.folded");
+    let status = Command::new(BIN)
+        .args([
+            "run",
+            "--quiet",
+            "--stacks",
+            "--pid",
+            &server.0.id().to_string(),
+        ])
+        .args(["--load", &format!("tcp://{addr}")])
+        .args(["--rate", "2000", "--duration", "10s", "--warmup", "1s"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--folded")
+        .arg(&folded)
+        .status()
+        .expect("run");
+    assert!(status.success());
+    drop(server);
+    // The folded files are what inferno and flamegraph.pl read.
+    for f in [folded.clone(), dir.join("paths.baseline.folded")] {
+        let text = std::fs::read_to_string(&f).expect("folded stacks");
+        assert!(!text.is_empty(), "{} is empty", f.display());
+        for line in text.lines() {
+            let (stack, count) = line.rsplit_once(' ').expect("stack count");
+            assert!(!stack.contains(' '), "{line}");
+            count.parse::<u64>().expect("count");
+        }
+    }
+    let calls = std::fs::read_to_string(&events)
+        .expect("events")
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("event json");
+            (
+                v["start_ns"].as_u64().expect("start"),
+                v["end_ns"].as_u64().expect("end"),
+            )
+        })
+        .collect();
+    let report =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("report json");
+    (report, calls)
+}
+
+/// The function's share of episode time, by correlator (folded stacks of
+/// episodes holding it) and by the helper (its timed calls' overlap with
+/// the episodes).
+fn shares(report: &Value, calls: &[(u64, u64)], function: &str) -> (f64, f64) {
+    let cp = &report["code_paths"];
+    let episode_ns = cp["episode_ns"].as_f64().expect("episode_ns");
+    let in_function_us: u64 = cp["episodes"]
+        .as_object()
+        .expect("folded")
+        .iter()
+        .filter(|(stack, _)| stack.contains(function))
+        .map(|(_, us)| us.as_u64().expect("µs"))
+        .sum();
+    let overlap: u64 = report["episodes"]
+        .as_array()
+        .expect("episodes")
+        .iter()
+        .map(|e| {
+            let (a, b) = (
+                e["start_ns"].as_u64().expect("start"),
+                e["end_ns"].as_u64().expect("end"),
+            );
+            calls
+                .iter()
+                .map(|&(s, t)| t.min(b).saturating_sub(s.max(a)))
+                .sum::<u64>()
+        })
+        .sum();
+    (
+        in_function_us as f64 * 1e3 / episode_ns,
+        overlap as f64 / episode_ns,
+    )
+}
+
+/// The first server cause is `cause`, its top code path runs through
+/// `function`, and the function's share agrees with the helper's timing.
+fn check(mode: &str, every: &str, cause: &str, function: &str) {
+    let dir = scratch(&format!("stacks-{mode}"));
+    let (report, calls) = run(mode, every, &dir);
+    let causes = report["classification"]["causes"]
+        .as_array()
+        .expect("causes");
+    let top = causes
+        .iter()
+        .find(|c| !["idle", "steal"].contains(&c["cause"].as_str().unwrap_or("")))
+        .unwrap_or_else(|| panic!("no server cause: {causes:?}"));
+    assert_eq!(top["cause"], cause, "{causes:#?}");
+    let path = top["stacks"][0]["frames"]
+        .as_array()
+        .expect("the cause's code paths");
+    assert!(
+        path.iter()
+            .any(|f| f.as_str().is_some_and(|f| f.ends_with(function))),
+        "{function} not in the top path of {cause}: {path:?}"
+    );
+    let (measured, truth) = shares(&report, &calls, function);
+    eprintln!(
+        "{function}: {measured:.3} of episode time in its stacks, {truth:.3} by its own timing"
+    );
+    assert!(
+        truth > 0.3,
+        "the helper's {function} made too little of the episodes: {truth}"
+    );
+    assert!(
+        (measured - truth).abs() <= 0.10,
+        "{function}: {measured:.3} by stacks vs {truth:.3} by the helper's timing"
+    );
+}
+
+live_test! {
+    fn periodic_fault_burst_is_named_with_its_share() {
+        check("fault", "300ms", "page_faults", "fault_burst");
+    }
+}
+
+live_test! {
+    fn rare_busy_stall_is_named_with_its_share() {
+        check("stall", "500ms", "on_cpu", "rare_stall");
+    }
+}
+
+live_test! {
+    fn futex_wait_is_named_with_its_share() {
+        check("lock", "500ms", "blocking", "wait_for_lock");
+    }
+}

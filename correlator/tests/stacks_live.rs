@@ -4,11 +4,20 @@
 //! right cause and give it the share of episode time the helper measured,
 //! within 10 points. Needs root + BPF (fails, not skips, with CI=true).
 
-use std::{path::Path, process::Command};
+use std::{
+    io::{Read as _, Write as _},
+    path::Path,
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use serde_json::Value;
 
-use crate::util::{BIN, helper_server, scratch};
+use crate::util::{BIN, Proc, debian_binary, free_port, helper_server, scratch, wait_listening};
 
 /// Runs the helper in `mode`, loads it with `correlator run --stacks`, and
 /// returns the report and the helper's own timed calls.
@@ -159,5 +168,84 @@ live_test! {
 live_test! {
     fn futex_wait_is_named_with_its_share() {
         check("lock", "500ms", "blocking", "wait_for_lock");
+    }
+}
+
+live_test! {
+    /// A distribution binary without frame pointers (Debian's redis-server,
+    /// stripped): `DEBUG SLEEP 0.02` every 300 ms blocks the server in
+    /// clock_nanosleep. The report must name the syscall and its kernel
+    /// path in the blocking cause's evidence, and say that user stacks were
+    /// cut short and why.
+    fn redis_without_frame_pointers_names_the_syscall_and_says_why() {
+        let Some(redis) = debian_binary(
+            "/usr/bin/redis-server",
+            "redis_without_frame_pointers_names_the_syscall_and_says_why",
+        ) else {
+            return;
+        };
+        let port = free_port();
+        let server = Proc(
+            Command::new("taskset")
+                .args(["-c", "0", &redis, "--port", &port.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--enable-debug-command", "yes"])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis"),
+        );
+        wait_listening(port);
+        let stop = Arc::new(AtomicBool::new(false));
+        let sleeper = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+                let mut buf = [0u8; 64];
+                while !stop.load(Ordering::Relaxed) {
+                    c.write_all(b"*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$4\r\n0.02\r\n")
+                        .expect("DEBUG SLEEP");
+                    let _ = c.read(&mut buf).expect("+OK");
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            })
+        };
+        let dir = scratch("stacks-redis");
+        let out = dir.join("report.json");
+        let status = Command::new(BIN)
+            .args(["run", "--quiet", "--stacks", "--pid", &server.0.id().to_string()])
+            .args(["--load", &format!("redis://127.0.0.1:{port}")])
+            .args(["--rate", "2000", "--duration", "8s", "--warmup", "1s"])
+            .arg("--out")
+            .arg(&out)
+            .status()
+            .expect("run");
+        stop.store(true, Ordering::Relaxed);
+        let _ = sleeper.join();
+        assert!(status.success());
+        let report: Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("json");
+        let causes = report["classification"]["causes"].as_array().expect("causes");
+        let blocking = causes
+            .iter()
+            .find(|c| c["cause"] == "blocking")
+            .unwrap_or_else(|| panic!("no blocking cause: {causes:#?}"));
+        let frames: Vec<&str> = blocking["stacks"][0]["frames"]
+            .as_array()
+            .expect("code paths")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            frames.contains(&"__x64_sys_clock_nanosleep_[k]"),
+            "no syscall kernel path: {frames:?}"
+        );
+        assert!(
+            frames.iter().any(|f| !f.ends_with("_[k]")),
+            "no user leaf frame: {frames:?}"
+        );
+        let cp = &report["code_paths"];
+        assert!(cp["median_user_depth"].as_u64().expect("depth") <= 2, "{cp:#?}");
+        let notes = report["notes"].to_string();
+        assert!(notes.contains("without frame pointers"), "{notes}");
     }
 }

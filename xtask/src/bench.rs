@@ -34,6 +34,15 @@ pub enum Bench {
     /// serving thread's account in every bucket,
     /// analysed by `correlator report` (time and peak memory).
     Analysis,
+    /// Redis at a fixed rate: redis-server's CPU time per request with
+    /// nothing attached, `correlator record`, and `record --stacks`.
+    Redis {
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+    },
+    /// Symbolization: 10,000 unique kernel + user stacks of real code
+    /// addresses, symbolized as at the end of a `--stacks` run.
+    Symbols,
     /// Load generator: highest rate kept with send-slip p99 ≤ 50 µs against a
     /// trivial server; correlator vs wrk against a stalling server; memory
     /// of 10 minutes at 50k req/s.
@@ -45,6 +54,14 @@ pub fn run(which: Bench) -> Result<()> {
         Bench::Probes { reps, loops } => probes(reps, loops),
         Bench::Loadgen => crate::bench_loadgen::run(),
         Bench::Analysis => analysis(),
+        Bench::Redis { reps } => crate::bench_redis::run(reps),
+        Bench::Symbols => {
+            let bin = build_release()?;
+            for _ in 0..3 {
+                crate::run(Command::new(&bin).arg("symbench"))?;
+            }
+            Ok(())
+        }
     }
 }
 
@@ -66,12 +83,16 @@ enum Variant {
     /// (the tracepoint dispatch, and the statistics' clock reads).
     Floor,
     Bpftrace,
+    /// correlator with `--stacks`: a kernel and a user stack id at every
+    /// target switch-out and with every sample, and a record per sample.
+    CorrelatorStacks,
 }
 
 impl Variant {
-    const ALL: [Variant; 6] = [
+    const ALL: [Variant; 7] = [
         Variant::Bare,
         Variant::Correlator,
+        Variant::CorrelatorStacks,
         Variant::CorrelatorWithoutContext,
         Variant::CorrelatorNoStats,
         Variant::Floor,
@@ -105,6 +126,7 @@ impl Variant {
         match self {
             Variant::Bare => "not attached",
             Variant::Correlator => "correlator",
+            Variant::CorrelatorStacks => "corr. --stacks",
             Variant::CorrelatorWithoutContext => "corr. w/o sys+smp",
             Variant::CorrelatorNoStats => "corr. no stats",
             Variant::Floor => "empty programs",
@@ -239,6 +261,7 @@ fn report(placement: Placement, samples: &[(Variant, Sample)], loops: u64) -> Va
     let mut costs = Vec::new();
     for v in [
         Variant::Correlator,
+        Variant::CorrelatorStacks,
         Variant::CorrelatorWithoutContext,
         Variant::Floor,
         Variant::Bpftrace,
@@ -331,10 +354,16 @@ fn measure(
     let mut tool = match variant {
         Variant::Bare => None,
         Variant::Correlator
+        | Variant::CorrelatorStacks
         | Variant::CorrelatorWithoutContext
         | Variant::CorrelatorNoStats
         | Variant::Floor => {
             let mut cmd = Command::new(bin);
+            if variant == Variant::CorrelatorStacks {
+                cmd.arg("record").arg("--stacks");
+            } else {
+                cmd.arg("record");
+            }
             if variant == Variant::CorrelatorWithoutContext {
                 cmd.env("CORRELATOR_NO_SYSCALL_CONTEXT", "1");
             }
@@ -345,7 +374,7 @@ fn measure(
                 cmd.env("CORRELATOR_FLOOR_ONLY", "1");
             }
             let mut c = cmd
-                .args(["record", "--quiet", "--duration", "600s", "--pid"])
+                .args(["--quiet", "--duration", "600s", "--pid"])
                 .arg(pid.to_string())
                 .arg("--out")
                 .arg(&run_file)
@@ -378,6 +407,7 @@ fn measure(
     let programs = match (variant, tool.as_mut()) {
         (
             Variant::Correlator
+            | Variant::CorrelatorStacks
             | Variant::CorrelatorWithoutContext
             | Variant::CorrelatorNoStats
             | Variant::Floor,

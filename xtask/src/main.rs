@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_loadgen;
+mod bench_redis;
 mod layers;
 
 #[derive(Parser)]

@@ -207,6 +207,9 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         );
         for c in &mut classification.causes {
             c.stacks = in_episodes.top_for(c.cause, episode_ns as f64, 5);
+            if let Some(f) = c.stacks.first().and_then(paths::CodePath::user_leaf) {
+                c.experiment = format!("{}; the code path: {f}", c.experiment);
+            }
         }
         let median_user_depth = in_episodes.median_user_depth();
         let mut notes = run.stacks.notes.clone();

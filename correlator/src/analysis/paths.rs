@@ -105,6 +105,19 @@ pub struct CodePath {
     pub time_ns: u64,
 }
 
+impl CodePath {
+    /// The innermost user frame with a name (not `[file+0x..]`): the
+    /// function to look at.
+    pub fn user_leaf(&self) -> Option<&str> {
+        self.frames
+            .iter()
+            .rev()
+            .filter(|f| !f.ends_with("_[k]"))
+            .find(|f| !f.starts_with('['))
+            .map(String::as_str)
+    }
+}
+
 /// Time per (category, stack), for one set of windows.
 #[derive(Default)]
 pub struct PathTimes {

@@ -128,6 +128,9 @@ pub enum Command {
     /// Benchmark helper: peak memory of the latency recorder over a long synthetic run.
     #[command(hide = true)]
     Memcheck(MemcheckArgs),
+    /// Benchmark helper: time to symbolize many unique stacks.
+    #[command(hide = true)]
+    Symbench(crate::harness::symbench::SymbenchArgs),
 }
 
 /// Key-value operation for redis:// and memcache:// targets.

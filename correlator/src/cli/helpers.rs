@@ -57,3 +57,8 @@ pub fn memcheck(a: &MemcheckArgs) -> Result<ExitCode> {
     );
     Ok(ExitCode::SUCCESS)
 }
+
+pub fn symbench(a: &crate::harness::symbench::SymbenchArgs) -> Result<ExitCode> {
+    crate::harness::symbench::run(a)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -44,5 +44,6 @@ pub fn execute(cli: Cli) -> Result<ExitCode> {
         Command::DemoHog(a) => helpers::demo_hog(&a),
         Command::SynthRun(a) => helpers::synth_run(&a),
         Command::Memcheck(a) => helpers::memcheck(&a),
+        Command::Symbench(a) => helpers::symbench(&a),
     }
 }

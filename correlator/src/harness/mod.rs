@@ -8,6 +8,7 @@
 pub mod known_syscalls;
 pub mod memcheck;
 pub mod pathserver;
+pub mod symbench;
 pub mod synthetic;
 pub mod testserver;
 pub mod workload;

@@ -110,10 +110,16 @@ pub fn run(reps: usize) -> Result<()> {
             let load: Value = serde_json::from_slice(&out.stdout).context("load JSON")?;
             let done = load["phases"][0]["completed"].as_f64().unwrap_or(0.0);
             if done == 0.0 {
-                bail!("no requests completed: {}", String::from_utf8_lossy(&out.stderr));
+                bail!(
+                    "no requests completed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             let us_per_req = cpu_s * 1e6 / done;
-            eprintln!("bench redis: rep {rep} {:<15} {us_per_req:.2} µs CPU per request", v.name());
+            eprintln!(
+                "bench redis: rep {rep} {:<15} {us_per_req:.2} µs CPU per request",
+                v.name()
+            );
             rows.push((v, us_per_req, done));
         }
     }

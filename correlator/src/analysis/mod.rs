@@ -63,6 +63,11 @@ pub struct Episode {
     /// Per event family: observed vs expected from the baseline.
     pub excess: BTreeMap<String, Excess>,
     pub account: TimeAccount,
+    /// `--stacks`: the heaviest code path of the accounted thread in the
+    /// episode (idle waits and the probes' own cost aside), with its share
+    /// of the episode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_path: Option<paths::CodePath>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -167,7 +172,7 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         latency.end_ns().min(run.ended_ns),
     );
     let baseline = Baseline::new(&kt, &windows, start, end);
-    let episodes: Vec<Episode> = windows
+    let mut episodes: Vec<Episode> = windows
         .iter()
         .map(|w| episode(w, &kt, &baseline, &accounts))
         .collect();
@@ -183,45 +188,13 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         opts.slo_ns.is_some(),
     );
     let code_paths = paths::PathIndex::new(run, &threads).map(|index| {
-        let windows = |accounts: &mut dyn Iterator<Item = (&TimeAccount, u64, u64)>| {
-            let mut times = paths::PathTimes::default();
-            let mut total = 0u64;
-            for (a, start, end) in accounts {
-                total += end.saturating_sub(start);
-                if let Some(tid) = a.tid {
-                    index.add_window(&mut times, tid, start, end);
-                }
-            }
-            (times, total)
-        };
-        let (in_episodes, episode_ns) = windows(
-            &mut episodes
-                .iter()
-                .map(|e| (&e.account, e.window.start_ns, e.window.end_ns)),
-        );
-        let (in_baseline, baseline_ns) = windows(
-            &mut baseline_accounts
-                .iter()
-                .zip(&baseline_spans)
-                .map(|(a, &(s, e))| (a, s, e)),
-        );
-        for c in &mut classification.causes {
-            c.stacks = in_episodes.top_for(c.cause, episode_ns as f64, 5);
-            if let Some(f) = c.stacks.first().and_then(paths::CodePath::user_leaf) {
-                c.experiment = format!("{}; the code path: {f}", c.experiment);
-            }
-        }
-        let median_user_depth = in_episodes.median_user_depth();
-        let mut notes = run.stacks.notes.clone();
-        notes.extend(paths::depth_note(median_user_depth));
-        CodePaths {
-            episodes: in_episodes.folded(),
-            episode_ns,
-            baseline: in_baseline.folded(),
-            baseline_ns,
-            median_user_depth,
-            notes,
-        }
+        paths::attach(
+            &index,
+            &mut episodes,
+            &mut classification,
+            &baseline_accounts,
+            &baseline_spans,
+        )
     });
     Analysis {
         latency: latency_report,
@@ -381,6 +354,7 @@ fn episode(w: &Window, kt: &KernelTimeline, baseline: &Baseline, accounts: &Acco
         duration_ns: w.duration_ns(),
         excess,
         account: accounts.window(w.start_ns, w.end_ns),
+        code_path: None,
     }
 }
 

@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::{
+    Classification, CodePaths, Episode,
+    account::TimeAccount,
     causes::CauseKind,
     kernel::{OffKind, Threads},
 };
@@ -168,6 +170,36 @@ impl PathTimes {
         paths
     }
 
+    /// The heaviest path of any category that is the server's doing (not
+    /// an idle wait, not the probes), with its share of `total_ns`.
+    pub fn top_any(&self, total_ns: f64) -> Option<CodePath> {
+        let mut by_trimmed: HashMap<Vec<String>, f64> = HashMap::new();
+        for ((cat, frames), ns) in &self.by_path {
+            let server = !matches!(
+                cat,
+                PathCategory::Blocked(Site::Idle) | PathCategory::Probes
+            );
+            if server && !frames.is_empty() {
+                *by_trimmed.entry(trimmed(frames)).or_default() += ns;
+            }
+        }
+        by_trimmed
+            .into_iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+            .map(|(frames, ns)| CodePath {
+                frames,
+                share: ns / total_ns.max(1.0),
+                time_ns: ns as u64,
+            })
+    }
+
+    fn merge(&mut self, other: PathTimes) {
+        for (k, v) in other.by_path {
+            *self.by_path.entry(k).or_default() += v;
+        }
+        self.user_depths.extend(other.user_depths);
+    }
+
     /// Median user stack depth, if any user stack was seen.
     pub fn median_user_depth(&self) -> Option<usize> {
         let mut d = self.user_depths.clone();
@@ -259,6 +291,55 @@ pub fn trimmed(frames: &[String]) -> Vec<String> {
         .chain(kernel.iter().take(KERNEL_FRAMES))
         .cloned()
         .collect()
+}
+
+/// Code paths for an analysis: each episode's top path, each cause's top
+/// paths, and the folded stacks of episodes and baseline windows (whose
+/// accounts and spans are given in the same order).
+pub fn attach(
+    index: &PathIndex<'_>,
+    episodes: &mut [Episode],
+    classification: &mut Classification,
+    baseline: &[TimeAccount],
+    baseline_spans: &[(u64, u64)],
+) -> CodePaths {
+    let mut in_episodes = PathTimes::default();
+    let mut episode_ns = 0u64;
+    for e in episodes.iter_mut() {
+        let (start, end) = (e.window.start_ns, e.window.end_ns);
+        episode_ns += end.saturating_sub(start);
+        let mut times = PathTimes::default();
+        if let Some(tid) = e.account.tid {
+            index.add_window(&mut times, tid, start, end);
+        }
+        e.code_path = times.top_any(end.saturating_sub(start) as f64);
+        in_episodes.merge(times);
+    }
+    let mut in_baseline = PathTimes::default();
+    let mut baseline_ns = 0u64;
+    for (a, &(start, end)) in baseline.iter().zip(baseline_spans) {
+        baseline_ns += end.saturating_sub(start);
+        if let Some(tid) = a.tid {
+            index.add_window(&mut in_baseline, tid, start, end);
+        }
+    }
+    for c in &mut classification.causes {
+        c.stacks = in_episodes.top_for(c.cause, episode_ns as f64, 5);
+        if let Some(f) = c.stacks.first().and_then(CodePath::user_leaf) {
+            c.experiment = format!("{}; the code path: {f}", c.experiment);
+        }
+    }
+    let median_user_depth = in_episodes.median_user_depth();
+    let mut notes = index.run.stacks.notes.clone();
+    notes.extend(depth_note(median_user_depth));
+    CodePaths {
+        episodes: in_episodes.folded(),
+        episode_ns,
+        baseline: in_baseline.folded(),
+        baseline_ns,
+        median_user_depth,
+        notes,
+    }
 }
 
 /// One path's frames, outermost first: user frames, then the syscall (if

@@ -284,6 +284,16 @@ fn account_plot(r: &Report) -> String {
         let total: f64 = values.iter().map(|&v| v as f64).sum::<f64>().max(d);
         let y = 42.0 + k as f64 * bar_h * 1.3;
         let mut x = LEFT;
+        // Hovering a bar shows the episode's heaviest code path (--stacks).
+        let _ = write!(
+            svg,
+            "<g><title>{}</title>",
+            esc(&e.code_path.as_ref().map_or_else(String::new, |p| format!(
+                "code path {:.0}%: {}",
+                p.share * 100.0,
+                super::flame::one_line(p)
+            )))
+        );
         for (v, (_, color)) in values.iter().zip(parts.iter()) {
             let wv = *v as f64 / total * (W - LEFT - RIGHT);
             if wv > 0.0 {
@@ -294,6 +304,7 @@ fn account_plot(r: &Report) -> String {
             }
             x += wv;
         }
+        svg.push_str("</g>");
         let _ = write!(
             svg,
             r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">#{} {}</text>"#,

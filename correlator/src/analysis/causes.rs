@@ -68,7 +68,7 @@ impl CauseKind {
     }
 
     /// Measured time of this cause in one account.
-    fn time(self, a: &TimeAccount) -> u64 {
+    pub(crate) fn time(self, a: &TimeAccount) -> u64 {
         match self {
             CauseKind::PageFaults => a.fault_ns,
             CauseKind::MajorFaults => a.blocked_fault_ns,

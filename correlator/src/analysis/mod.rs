@@ -14,6 +14,7 @@
 pub mod account;
 pub mod causes;
 pub mod episodes;
+pub mod families;
 pub mod kernel;
 pub mod paths;
 mod signature;
@@ -46,7 +47,12 @@ const BASELINE_WINDOWS: usize = 200;
 pub struct AnalysisOptions {
     /// Spike threshold; default: [`episodes::default_threshold`].
     pub slo_ns: Option<u64>,
+    /// The percentile the report leads with (families' impact); default 99.
+    pub percentile: Option<f64>,
 }
+
+/// Percentile families are ranked by when none is asked for.
+pub const DEFAULT_PERCENTILE: f64 = 99.0;
 
 /// Observed vs expected (from the baseline rate) in an episode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -122,6 +128,10 @@ pub struct Analysis {
     pub latency: LatencyReport,
     pub episodes: Vec<Episode>,
     pub classification: Classification,
+    /// Episodes grouped by what their time went to, each classified and
+    /// ranked by its impact on the chosen percentile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<families::Family>,
     /// `--stacks`: code paths of the accounted threads in episodes and in
     /// the baseline windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,10 +206,17 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
             &baseline_spans,
         )
     });
+    let families = families::families(
+        &episodes,
+        latency,
+        &latency_report,
+        opts.percentile.unwrap_or(DEFAULT_PERCENTILE),
+    );
     Analysis {
         latency: latency_report,
         episodes,
         classification,
+        families,
         code_paths,
     }
 }

@@ -220,6 +220,19 @@ pub struct ReportOutputs {
     /// Spike threshold (default: max(5 × p50, p50 + 1 ms)).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub slo: Option<Duration>,
+    /// The tail the report leads with: episode families are ranked by what
+    /// they do to this percentile (e.g. 99, 99.9, 99.99).
+    #[arg(long, default_value_t = 99.0, value_parser = percentile)]
+    pub percentile: f64,
+}
+
+fn percentile(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|_| format!("{s}: not a number"))?;
+    if p > 0.0 && p < 100.0 {
+        Ok(p)
+    } else {
+        Err(format!("{s}: a percentile is between 0 and 100, e.g. 99.9"))
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -590,6 +603,7 @@ impl ReportOutputs {
             slo_ns: self
                 .slo
                 .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            percentile: Some(self.percentile),
         }
     }
 }

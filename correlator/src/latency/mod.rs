@@ -94,6 +94,25 @@ impl Distribution {
         self.hist.saturating_record_n(ns.max(1), count);
     }
 
+    /// Removes `other`'s samples (each must have been recorded here): for
+    /// counterfactuals ("without these requests"). Values not present are
+    /// left alone.
+    pub fn subtract(&mut self, other: &Distribution) {
+        if self.hist.subtract(&other.hist).is_err() {
+            // Fall back value by value, never below zero.
+            for v in other.hist.iter_recorded() {
+                let here = self.hist.count_at(v.value_iterated_to());
+                let take = v.count_at_value().min(here);
+                let _ = self.hist.record_n(v.value_iterated_to(), 0);
+                if take > 0 {
+                    let mut one = Histogram::<u64>::new_from(&self.hist);
+                    one.saturating_record_n(v.value_iterated_to(), take);
+                    let _ = self.hist.subtract(&one);
+                }
+            }
+        }
+    }
+
     /// Merges another distribution (percentiles are never averaged).
     pub fn merge(&mut self, other: &Distribution) {
         // Same bounds by construction, so addition cannot fail.

@@ -72,6 +72,9 @@ pub struct Report {
     /// `--stacks`: folded stacks of episode and baseline time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code_paths: Option<CodePaths>,
+    /// Episode families, by impact on the chosen percentile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<crate::analysis::families::Family>,
     pub notes: Vec<String>,
 }
 
@@ -181,6 +184,7 @@ impl Report {
             latency: latency_report,
             episodes,
             classification,
+            families,
             code_paths,
         } = analysis::analyze(run, latency, opts);
         let programs: Vec<ProgramOverhead> = run
@@ -246,6 +250,7 @@ impl Report {
                 programs,
             },
             code_paths,
+            families,
             notes,
         }
     }

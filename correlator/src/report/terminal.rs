@@ -50,6 +50,29 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(out, "     also: {}", rest.join(", "));
         }
     }
+    if !r.families.is_empty() {
+        let p = r
+            .families
+            .iter()
+            .find_map(|f| f.impact.as_ref().map(|i| i.percentile));
+        let _ = writeln!(
+            out,
+            "FAMILIES (episodes alike, by impact{})",
+            p.map_or(String::new(), |p| format!(" on p{p}"))
+        );
+        for (i, f) in r.families.iter().take(4).enumerate() {
+            let name = match (&f.detail, f.environment) {
+                (_, true) => "environment".to_string(),
+                (Some(d), false) => format!("{} ({d})", f.cause),
+                (None, false) => f.cause.to_string(),
+            };
+            let sig = serde_json::to_value(f.signature)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            let _ = writeln!(out, "  {}. {name:<24} {sig:<10} {}", i + 1, f.evidence);
+        }
+    }
     let _ = writeln!(out);
     out.push_str(&table(
         "LATENCY from the intended send time",

@@ -402,5 +402,42 @@ pub fn compare(a: &[f64], b: &[f64], alpha: f64, min_change_pct: f64, seed: u64)
     }
 }
 
+/// The Cochran-Armitage test for a trend in proportions: `successes[i]`
+/// of `totals[i]` in ordered groups scored `scores[i]` (e.g. spike requests
+/// of all requests per offered rate). Returns z (standard normal under no
+/// trend) and the one-sided p-value of an increasing trend; `None` when the
+/// groups cannot show one (fewer than two, no successes or all, equal scores).
+pub fn cochran_armitage(successes: &[u64], totals: &[u64], scores: &[f64]) -> Option<(f64, f64)> {
+    if successes.len() < 2 || successes.len() != totals.len() || totals.len() != scores.len() {
+        return None;
+    }
+    let n: f64 = totals.iter().map(|&t| t as f64).sum();
+    let s: f64 = successes.iter().map(|&x| x as f64).sum();
+    if n <= 0.0 || s <= 0.0 || s >= n {
+        return None;
+    }
+    let p = s / n;
+    let sum_nx: f64 = totals.iter().zip(scores).map(|(&t, x)| t as f64 * x).sum();
+    let sum_nx2: f64 = totals
+        .iter()
+        .zip(scores)
+        .map(|(&t, x)| t as f64 * x * x)
+        .sum();
+    let mean_x = sum_nx / n;
+    let t: f64 = successes
+        .iter()
+        .zip(scores)
+        .map(|(&k, x)| k as f64 * (x - mean_x))
+        .sum();
+    let var = p * (1.0 - p) * (sum_nx2 - sum_nx * sum_nx / n);
+    if var <= 0.0 {
+        return None;
+    }
+    let z = t / var.sqrt();
+    Some((z, norm_sf(z)))
+}
+
+pub mod periodicity;
+
 #[cfg(test)]
 mod tests;

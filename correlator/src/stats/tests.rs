@@ -227,3 +227,19 @@ fn identical_samples_have_p_one() {
     assert_eq!(r.p_value, 1.0);
     assert_eq!(mann_whitney_greater(&[5.0; 5], &[5.0; 5]), 0.5);
 }
+
+#[test]
+fn cochran_armitage_matches_agresti() {
+    // Agresti, Categorical Data Analysis (2nd ed.), §3.4.6: infant
+    // malformation by maternal alcohol consumption, scores 0, .5, 1.5, 4, 7:
+    // M² = 6.57 (M² = (n − 1) r², z² = n r²: equal to three figures here).
+    let (z, p) = super::cochran_armitage(
+        &[48, 38, 5, 1, 1],
+        &[17_114, 14_502, 793, 127, 38],
+        &[0.0, 0.5, 1.5, 4.0, 7.0],
+    )
+    .expect("a trend test");
+    assert!((z * z - 6.57).abs() < 0.02, "z² = {}", z * z);
+    assert!((p - 0.0052).abs() < 0.0005, "p = {p}");
+    assert!(super::cochran_armitage(&[0, 0], &[10, 10], &[1.0, 2.0]).is_none());
+}

@@ -1,0 +1,337 @@
+//! Episode families: episodes whose measured account looks alike (the same
+//! dominant category, and for blocking, syscalls and preemption the same
+//! wait site, syscall or neighbour), each classified on its own and ranked
+//! by what it does to the tail.
+//!
+//! One verdict for a whole run fails as soon as two things happen in it: a
+//! periodic job's few big episodes among dozens of small VM stalls, or a
+//! periodic job beside a sporadic neighbour. Families keep them apart.
+//!
+//! - **Periodicity**: the Rayleigh test of the family's episode times,
+//!   maximised over candidate periods with the search accounted for
+//!   (`stats::periodicity`). Episodes closer together than half the
+//!   shortest candidate period count as one event (a burst of episodes is
+//!   one occurrence). Periodic when p < 0.01 / families.
+//! - **Load correlation** (runs with a rate sweep): the Cochran-Armitage
+//!   trend test of the family's spike requests over the phases' requests,
+//!   scored by offered rate. Load-correlated when one-sided p < 0.01 /
+//!   families.
+//! - **Impact** on the chosen percentile: the percentile of all requests
+//!   with the family's spike requests counted at the run's median latency
+//!   instead (as if they had not been delayed), against the percentile as
+//!   measured; `share_of_excess` is the drop over the percentile's excess
+//!   above the median.
+//!
+//! Episodes whose time went mostly to the environment (idle, waiting for
+//! requests that came late; hypervisor steal; or not measured) form the
+//! environment family, never a server cause.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Episode, LatencyReport, account::TimeAccount, causes::CauseKind, episodes, signature::Signature,
+};
+use crate::{latency::capture::LatencyCapture, stats};
+
+/// Significance level of a family's signature test, before correction
+/// over the families tested.
+const ALPHA: f64 = 0.01;
+
+/// Shortest period tested (ns): shorter rhythms are the scheduler's tick
+/// inside one burst, not a job.
+const MIN_PERIOD_NS: f64 = 20e6;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeriodicityTest {
+    pub period_ms: f64,
+    pub jitter_ms: f64,
+    /// Rayleigh statistic Z = n·R² at the best period, and R.
+    pub z: f64,
+    pub r: f64,
+    /// With the search over periods accounted for.
+    pub p_value: f64,
+    /// Occurrences tested (bursts of episodes count once) and independent
+    /// periods searched.
+    pub events: usize,
+    pub periods_searched: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrendTest {
+    /// Cochran-Armitage statistic (standard normal under no trend).
+    pub z: f64,
+    /// One-sided: spikes grow with the offered rate.
+    pub p_value: f64,
+    /// Spike fraction per phase, with the phase's rate.
+    pub phases: Vec<(f64, f64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Impact {
+    /// The percentile the report leads with (e.g. 99).
+    pub percentile: f64,
+    pub value_ns: u64,
+    /// The same percentile with the family's spike requests counted at
+    /// the median latency.
+    pub without_ns: u64,
+    /// (value − without) / (value − median).
+    pub share_of_excess: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Family {
+    /// The dominant measured category of its episodes.
+    pub cause: CauseKind,
+    /// Wait site, syscall or neighbour that sets it apart, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Idle, steal or unmeasured time: the run's environment, not the server.
+    pub environment: bool,
+    /// Indices into the report's `episodes`.
+    pub episodes: Vec<usize>,
+    pub spike_requests: u64,
+    pub signature: Signature,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub periodicity: Option<PeriodicityTest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trend: Option<TrendTest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impact: Option<Impact>,
+    pub evidence: String,
+}
+
+/// Categories an episode can be dominated by, in `CauseKind::time` terms.
+const CATEGORIES: [CauseKind; 11] = [
+    CauseKind::PageFaults,
+    CauseKind::MajorFaults,
+    CauseKind::Migrations,
+    CauseKind::Preemption,
+    CauseKind::Blocking,
+    CauseKind::Hardirq,
+    CauseKind::Softirq,
+    CauseKind::Syscall,
+    CauseKind::OnCpu,
+    CauseKind::Steal,
+    CauseKind::Idle,
+];
+
+/// The family key of one episode: its dominant category (unmeasured time
+/// counts as environment) and the detail that splits that category.
+fn key(a: &TimeAccount) -> (CauseKind, Option<String>) {
+    let (cause, t) = CATEGORIES
+        .iter()
+        .map(|&c| (c, c.time(a)))
+        .max_by_key(|&(c, t)| (t, std::cmp::Reverse(c)))
+        .unwrap_or((CauseKind::Idle, 0));
+    if a.unexplained_ns > t {
+        return (CauseKind::Idle, None);
+    }
+    let detail = match cause {
+        CauseKind::Blocking => a.wait_site.clone(),
+        CauseKind::Syscall => a.top_syscall.clone(),
+        // The neighbour's name, not its pid: a pool of workers is one cause.
+        CauseKind::Preemption => a
+            .preempted_by
+            .as_ref()
+            .map(|w| w.split(" (pid").next().unwrap_or(w).to_string()),
+        _ => None,
+    };
+    (cause, detail)
+}
+
+/// Groups, classifies and ranks the families of `episodes`.
+pub fn families(
+    episodes: &[Episode],
+    latency: &LatencyCapture,
+    report: &LatencyReport,
+    percentile: f64,
+) -> Vec<Family> {
+    let mut groups: BTreeMap<(bool, CauseKind, Option<String>), Vec<usize>> = BTreeMap::new();
+    for (i, e) in episodes.iter().enumerate() {
+        let (cause, detail) = key(&e.account);
+        let env = !cause.is_server();
+        let k = if env {
+            (true, CauseKind::Idle, None)
+        } else {
+            (false, cause, detail)
+        };
+        groups.entry(k).or_default().push(i);
+    }
+    let tested = groups.keys().filter(|k| !k.0).count().max(1);
+    let alpha = ALPHA / tested as f64;
+    let merged = latency.merged();
+    let mut out: Vec<Family> = groups
+        .into_iter()
+        .map(|((environment, cause, detail), idx)| {
+            let members: Vec<&Episode> = idx.iter().map(|&i| &episodes[i]).collect();
+            let spike_requests = members.iter().map(|e| e.window.requests).sum();
+            let periodicity = periodicity(&members);
+            let trend = trend(&members, report);
+            let periodic = periodicity.as_ref().is_some_and(|p| p.p_value < alpha);
+            let growing = trend.as_ref().is_some_and(|t| t.p_value < alpha);
+            let signature = match (periodic, growing) {
+                (true, _) => Signature::Periodic,
+                (false, true) => Signature::LoadCorrelated,
+                _ => Signature::Sporadic,
+            };
+            let impact = impact(&members, latency, &merged, report, percentile);
+            let mut family = Family {
+                cause,
+                detail,
+                environment,
+                episodes: idx,
+                spike_requests,
+                signature,
+                periodicity,
+                trend,
+                impact,
+                evidence: String::new(),
+            };
+            family.evidence = evidence(&family, alpha);
+            family
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let drop = |f: &Family| f.impact.as_ref().map_or(0, |i| i.value_ns - i.without_ns);
+        drop(b)
+            .cmp(&drop(a))
+            .then(b.spike_requests.cmp(&a.spike_requests))
+    });
+    out
+}
+
+/// Occurrence times of a family: episode starts, a burst of episodes
+/// closer than half the shortest period counted once.
+fn occurrences(members: &[&Episode]) -> Vec<f64> {
+    let mut starts: Vec<u64> = members.iter().map(|e| e.window.start_ns).collect();
+    starts.sort_unstable();
+    let mut out: Vec<f64> = Vec::new();
+    let mut last = None;
+    for s in starts {
+        if last.is_none_or(|l: u64| (s - l) as f64 >= MIN_PERIOD_NS / 2.0) {
+            out.push(s as f64);
+        }
+        last = Some(s);
+    }
+    out
+}
+
+fn periodicity(members: &[&Episode]) -> Option<PeriodicityTest> {
+    let times = occurrences(members);
+    let span = times.last()? - times.first()?;
+    // At least two cycles of the longest period tested.
+    let p = stats::periodicity::periodicity(&times, MIN_PERIOD_NS, span / 2.0)?;
+    Some(PeriodicityTest {
+        period_ms: p.period_ns / 1e6,
+        jitter_ms: p.jitter_ns / 1e6,
+        z: p.z,
+        r: p.r,
+        p_value: p.p_value,
+        events: p.events,
+        periods_searched: p.frequencies,
+    })
+}
+
+fn trend(members: &[&Episode], report: &LatencyReport) -> Option<TrendTest> {
+    let phases: Vec<(f64, u64)> = report
+        .phases
+        .iter()
+        .filter_map(|p| Some((p.rate?, p.summary.count)))
+        .collect();
+    if phases.len() < 2 || phases.len() != report.phases.len() {
+        return None;
+    }
+    let mut spikes = vec![0u64; phases.len()];
+    for e in members {
+        if let Some(s) = spikes.get_mut(e.window.phase as usize) {
+            *s += e.window.requests;
+        }
+    }
+    let totals: Vec<u64> = phases.iter().map(|p| p.1).collect();
+    let scores: Vec<f64> = phases.iter().map(|p| p.0).collect();
+    let (z, p_value) = stats::cochran_armitage(&spikes, &totals, &scores)?;
+    Some(TrendTest {
+        z,
+        p_value,
+        phases: phases
+            .iter()
+            .zip(&spikes)
+            .map(|(&(rate, n), &s)| (rate, s as f64 / n.max(1) as f64))
+            .collect(),
+    })
+}
+
+fn impact(
+    members: &[&Episode],
+    latency: &LatencyCapture,
+    merged: &crate::latency::Distribution,
+    report: &LatencyReport,
+    percentile: f64,
+) -> Option<Impact> {
+    let threshold = report.threshold_ns?;
+    let value = merged.percentile(percentile).value_ns?;
+    let median = merged.percentile(50.0).value_ns?;
+    let inside = |t: u64| {
+        members
+            .iter()
+            .any(|e| t >= e.window.start_ns && t <= e.window.end_ns)
+    };
+    let mut removed = crate::latency::Distribution::new();
+    for r in &latency.requests {
+        if r.corrected() >= threshold
+            && episodes::slow_at_server(r, threshold)
+            && inside(r.intended_ns)
+        {
+            removed.record(r.corrected());
+        }
+    }
+    let mut without = merged.clone();
+    without.subtract(&removed);
+    without.record_n(median, removed.count());
+    let without_ns = without.percentile(percentile).value_ns.unwrap_or(median);
+    let without_ns = without_ns.min(value);
+    Some(Impact {
+        percentile,
+        value_ns: value,
+        without_ns,
+        share_of_excess: (value - without_ns) as f64 / value.saturating_sub(median).max(1) as f64,
+    })
+}
+
+fn evidence(f: &Family, alpha: f64) -> String {
+    let mut parts = vec![format!(
+        "{} episode{}, {} spike requests",
+        f.episodes.len(),
+        if f.episodes.len() == 1 { "" } else { "s" },
+        f.spike_requests
+    )];
+    match &f.periodicity {
+        Some(p) if p.p_value < alpha => parts.push(format!(
+            "periodic every {:.1} ms (jitter {:.1} ms; Rayleigh Z = {:.1} over {} occurrences, p = {:.1e} with {:.0} periods searched)",
+            p.period_ms, p.jitter_ms, p.z, p.events, p.p_value, p.periods_searched
+        )),
+        Some(p) => parts.push(format!(
+            "no period (best {:.1} ms, p = {:.2})",
+            p.period_ms, p.p_value
+        )),
+        None => parts.push("too few occurrences to test for a period (needs 4)".into()),
+    }
+    if let Some(t) = &f.trend {
+        parts.push(format!(
+            "trend with offered rate: z = {:.2}, p = {:.1e}",
+            t.z, t.p_value
+        ));
+    }
+    if let Some(i) = &f.impact {
+        parts.push(format!(
+            "without it p{} would be {} instead of {} ({:.0}% of its excess over the median)",
+            i.percentile,
+            crate::latency::fmt_ns(i.without_ns),
+            crate::latency::fmt_ns(i.value_ns),
+            i.share_of_excess * 100.0
+        ));
+    }
+    parts.join("; ")
+}

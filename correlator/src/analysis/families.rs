@@ -11,16 +11,21 @@
 //!   maximised over candidate periods with the search accounted for
 //!   (`stats::periodicity`). Episodes closer together than half the
 //!   shortest candidate period count as one event (a burst of episodes is
-//!   one occurrence). Periodic when p < 0.01 / families.
+//!   one occurrence). Periods from 20 ms to a quarter of the family's
+//!   span (four cycles at least) are searched. Periodic when
+//!   p < 0.01 / families.
 //! - **Load correlation** (runs with a rate sweep): the Cochran-Armitage
 //!   trend test of the family's spike requests over the phases' requests,
 //!   scored by offered rate. Load-correlated when one-sided p < 0.01 /
-//!   families.
+//!   families. When both tests pass, the smaller p-value wins.
 //! - **Impact** on the chosen percentile: the percentile of all requests
 //!   with the family's spike requests counted at the run's median latency
 //!   instead (as if they had not been delayed), against the percentile as
 //!   measured; `share_of_excess` is the drop over the percentile's excess
-//!   above the median.
+//!   above the median. Families are ranked by `share_above`, their share
+//!   of the requests at or above the percentile's value (which adds up
+//!   over families; the counterfactuals do not when two families share
+//!   the tail).
 //!
 //! Episodes whose time went mostly to the environment (idle, waiting for
 //! requests that came late; hypervisor steal; or not measured) form the
@@ -78,6 +83,9 @@ pub struct Impact {
     pub without_ns: u64,
     /// (value − without) / (value − median).
     pub share_of_excess: f64,
+    /// The family's share of the requests at or above the percentile's
+    /// value (additive over families, unlike the counterfactual).
+    pub share_above: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -171,9 +179,18 @@ pub fn families(
             let trend = trend(&members, report);
             let periodic = periodicity.as_ref().is_some_and(|p| p.p_value < alpha);
             let growing = trend.as_ref().is_some_and(|t| t.p_value < alpha);
-            let signature = match (periodic, growing) {
-                (true, _) => Signature::Periodic,
-                (false, true) => Signature::LoadCorrelated,
+            // Both: the stronger evidence wins (a load sweep's changing rate
+            // can look rhythmic; a periodic job's share can drift with load).
+            let signature = match (&periodicity, &trend) {
+                (Some(p), Some(t)) if periodic && growing => {
+                    if p.p_value <= t.p_value {
+                        Signature::Periodic
+                    } else {
+                        Signature::LoadCorrelated
+                    }
+                }
+                _ if periodic => Signature::Periodic,
+                _ if growing => Signature::LoadCorrelated,
                 _ => Signature::Sporadic,
             };
             let impact = impact(&members, latency, &merged, report, percentile);
@@ -194,9 +211,9 @@ pub fn families(
         })
         .collect();
     out.sort_by(|a, b| {
-        let drop = |f: &Family| f.impact.as_ref().map_or(0, |i| i.value_ns - i.without_ns);
-        drop(b)
-            .cmp(&drop(a))
+        let share = |f: &Family| f.impact.as_ref().map_or(0.0, |i| i.share_above);
+        share(b)
+            .total_cmp(&share(a))
             .then(b.spike_requests.cmp(&a.spike_requests))
     });
     out
@@ -221,8 +238,10 @@ fn occurrences(members: &[&Episode]) -> Vec<f64> {
 fn periodicity(members: &[&Episode]) -> Option<PeriodicityTest> {
     let times = occurrences(members);
     let span = times.last()? - times.first()?;
-    // At least two cycles of the longest period tested.
-    let p = stats::periodicity::periodicity(&times, MIN_PERIOD_NS, span / 2.0)?;
+    // At least four cycles of the longest period tested: over two or three
+    // cycles, a rate that changes during the run (a load sweep) bunches
+    // the phases as well as a rhythm does.
+    let p = stats::periodicity::periodicity(&times, MIN_PERIOD_NS, span / 4.0)?;
     Some(PeriodicityTest {
         period_ms: p.period_ns / 1e6,
         jitter_ms: p.jitter_ns / 1e6,
@@ -279,12 +298,17 @@ fn impact(
             .any(|e| t >= e.window.start_ns && t <= e.window.end_ns)
     };
     let mut removed = crate::latency::Distribution::new();
+    let (mut above, mut above_here) = (0u64, 0u64);
     for r in &latency.requests {
-        if r.corrected() >= threshold
+        let mine = r.corrected() >= threshold
             && episodes::slow_at_server(r, threshold)
-            && inside(r.intended_ns)
-        {
+            && inside(r.intended_ns);
+        if mine {
             removed.record(r.corrected());
+        }
+        if r.corrected() >= value {
+            above += 1;
+            above_here += u64::from(mine);
         }
     }
     let mut without = merged.clone();
@@ -297,6 +321,7 @@ fn impact(
         value_ns: value,
         without_ns,
         share_of_excess: (value - without_ns) as f64 / value.saturating_sub(median).max(1) as f64,
+        share_above: above_here as f64 / above.max(1) as f64,
     })
 }
 
@@ -326,10 +351,12 @@ fn evidence(f: &Family, alpha: f64) -> String {
     }
     if let Some(i) = &f.impact {
         parts.push(format!(
-            "without it p{} would be {} instead of {} ({:.0}% of its excess over the median)",
+            "{:.0}% of the requests at or above p{} ({}); without it p{} would be {} ({:.0}% of its excess over the median)",
+            i.share_above * 100.0,
+            i.percentile,
+            crate::latency::fmt_ns(i.value_ns),
             i.percentile,
             crate::latency::fmt_ns(i.without_ns),
-            crate::latency::fmt_ns(i.value_ns),
             i.share_of_excess * 100.0
         ));
     }

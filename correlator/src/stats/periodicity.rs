@@ -18,9 +18,8 @@
 //! An event at every P is also an event at every P/2, P/3… with missed
 //! cycles: a multiple of the best period whose Z is at least half the
 //! best is preferred (at the true period's multiples the phases cancel, at
-//! its fractions they do not). e^(−Z) slightly overstates the tail
-//! probability for small n (Greenwood and Durand's series), so it errs on
-//! the safe side.
+//! its fractions they do not). The tail probability of R uses Zar's
+//! small-sample approximation (`rayleigh_p`).
 
 /// Result of the search.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -50,11 +49,28 @@ fn resultant(times: &[f64], p: f64) -> f64 {
     (c * c + s * s).sqrt() / times.len().max(1) as f64
 }
 
-/// The maximum of Z over a continuous band of periods exceeds the maximum
-/// over its independent frequencies (the peak can fall between them): the
-/// Bonferroni count is doubled. Checked by simulation in the tests (200
-/// runs of random times: at most 5% with p < 0.05).
-const SEARCH_FACTOR: f64 = 2.0;
+/// P(R ≥ r) for n independent uniform phases, Zar's approximation
+/// (Biostatistical Analysis, 5th ed., eq. 27.4): close to e^(−nR²) for
+/// large n, and far more accurate for small n near R = 1, where e^(−nR²)
+/// overstates the tail by orders of magnitude (10 phases all equal have
+/// e^(−10) = 5e-5 by the exponential, about 5e-7 by Zar).
+fn rayleigh_p(n: usize, r: f64) -> f64 {
+    let n = n as f64;
+    let rn = n * r;
+    ((1.0 + 4.0 * n + 4.0 * (n * n - rn * rn)).sqrt() - (1.0 + 2.0 * n))
+        .exp()
+        .min(1.0)
+}
+
+/// The maximum of R over a continuous band of periods exceeds the maximum
+/// over its independent frequencies (the peak can fall between them), so
+/// the Bonferroni count is multiplied by this factor, chosen by
+/// simulation: 600 runs each of 8, 15, 30 and 60 uniform random times over
+/// 12 s, periods 20 ms to 6 s. Share of runs with p below α, by factor:
+/// factor 1: up to 15.2% at α = 0.05 and 3.2% at α = 0.01; factor 2: up to
+/// 8.3% and 2.5%; factor 4: up to 4.3% and 1.8% (n = 60), under 1% for
+/// n ≤ 30. The test `random_times_are_not_periodic` keeps it honest.
+const SEARCH_FACTOR: f64 = 4.0;
 
 /// Period and jitter from the events in step with `period` (phase within
 /// 45° of the mean phase): each gets its cycle number, a least-squares line
@@ -160,7 +176,7 @@ pub fn periodicity(times: &[f64], min_period: f64, max_period: f64) -> Option<Pe
         }
     }
     let z = n as f64 * r * r;
-    let p_value = (SEARCH_FACTOR * frequencies * (-z).exp()).min(1.0);
+    let p_value = (SEARCH_FACTOR * frequencies * rayleigh_p(n, r)).min(1.0);
     let (period, jitter_ns) = refine(&rel, period);
     Some(Periodicity {
         period_ns: period,

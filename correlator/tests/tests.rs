@@ -25,6 +25,7 @@ mod cli_errors;
 mod compare_cli;
 mod demo_live;
 mod experiment_live;
+mod families_live;
 mod loadgen;
 mod passive_live;
 mod probes_live;

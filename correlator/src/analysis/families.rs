@@ -334,19 +334,27 @@ fn evidence(f: &Family, alpha: f64) -> String {
     )];
     match &f.periodicity {
         Some(p) if p.p_value < alpha => parts.push(format!(
-            "periodic every {:.1} ms (jitter {:.1} ms; Rayleigh Z = {:.1} over {} occurrences, p = {:.1e} with {:.0} periods searched)",
-            p.period_ms, p.jitter_ms, p.z, p.events, p.p_value, p.periods_searched
+            "periodic every {:.1} ms (jitter {:.2} ms; Rayleigh Z = {:.1} over {} occurrences, p = {} with {:.0} periods searched)",
+            p.period_ms,
+            p.jitter_ms,
+            p.z,
+            p.events,
+            fmt_p(p.p_value),
+            p.periods_searched
         )),
         Some(p) => parts.push(format!(
-            "no period (best {:.1} ms, p = {:.2})",
-            p.period_ms, p.p_value
+            "no period (best {:.1} ms, p = {}, needs < {})",
+            p.period_ms,
+            fmt_p(p.p_value),
+            fmt_p(alpha)
         )),
         None => parts.push("too few occurrences to test for a period (needs 4)".into()),
     }
     if let Some(t) = &f.trend {
         parts.push(format!(
-            "trend with offered rate: z = {:.2}, p = {:.1e}",
-            t.z, t.p_value
+            "trend with offered rate: z = {:.2}, p = {}",
+            t.z,
+            fmt_p(t.p_value)
         ));
     }
     if let Some(i) = &f.impact {
@@ -361,4 +369,14 @@ fn evidence(f: &Family, alpha: f64) -> String {
         ));
     }
     parts.join("; ")
+}
+
+/// A p-value as a reader takes it in: two decimals, or scientific when
+/// small.
+fn fmt_p(p: f64) -> String {
+    if p < 0.01 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.2}")
+    }
 }

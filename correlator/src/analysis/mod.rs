@@ -191,11 +191,13 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         .iter()
         .map(|&(a, b)| accounts.window(a, b))
         .collect();
+    let percentile = opts.percentile.unwrap_or(DEFAULT_PERCENTILE);
     let mut classification = classify(
         &episodes,
         &baseline_accounts,
         &latency_report,
         opts.slo_ns.is_some(),
+        percentile,
     );
     let code_paths = paths::PathIndex::new(run, &threads).map(|index| {
         paths::attach(
@@ -206,12 +208,7 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
             &baseline_spans,
         )
     });
-    let families = families::families(
-        &episodes,
-        latency,
-        &latency_report,
-        opts.percentile.unwrap_or(DEFAULT_PERCENTILE),
-    );
+    let families = families::families(&episodes, latency, &latency_report, percentile);
     lead_with_top_family(&mut classification, &families);
     Analysis {
         latency: latency_report,
@@ -413,8 +410,9 @@ fn classify(
     baseline: &[TimeAccount],
     latency: &LatencyReport,
     explicit_slo: bool,
+    percentile: f64,
 ) -> Classification {
-    let sig = signature::signature(episodes, latency, explicit_slo);
+    let sig = signature::signature(episodes, latency, explicit_slo, percentile);
     if sig.signature == Signature::None {
         return Classification {
             signature: sig.signature,

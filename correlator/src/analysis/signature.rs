@@ -35,15 +35,22 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Fewest spike requests worth classifying (the percentile rules' 10).
 const MIN_SPIKES: u64 = 10;
-/// With the default threshold, spikes rarer than this do not reach p99.5:
-/// not a tail problem this run can characterise.
-const MIN_SPIKE_FRACTION: f64 = 0.005;
+
+/// The smallest spike fraction that can move the chosen percentile: half
+/// the share of requests above it (p99: 0.5%, p99.9: 0.05%). Rarer spikes
+/// are not the tail the user asked about; a higher `--percentile` looks at
+/// them.
+fn min_spike_fraction(percentile: f64) -> f64 {
+    (100.0 - percentile).max(0.0) / 100.0 / 2.0
+}
 
 pub fn signature(
     episodes: &[Episode],
     latency: &LatencyReport,
     explicit_slo: bool,
+    percentile: f64,
 ) -> SignatureResult {
+    let min_fraction = min_spike_fraction(percentile);
     let none = |evidence: String| SignatureResult {
         signature: Signature::None,
         period_ms: None,
@@ -54,17 +61,21 @@ pub fn signature(
         return none("no request exceeded the spike threshold".into());
     }
     let fraction = latency.spikes as f64 / latency.summary.count.max(1) as f64;
-    if latency.spikes < MIN_SPIKES || (!explicit_slo && fraction < MIN_SPIKE_FRACTION) {
+    if latency.spikes < MIN_SPIKES || (!explicit_slo && fraction < min_fraction) {
         return none(format!(
             "{} spike requests in {} episode(s) ({:.3}% of requests): too few to classify \
-             (needs ≥ {MIN_SPIKES}{}); run longer, or set --slo to analyse them",
+             (needs ≥ {MIN_SPIKES}{}); run longer, look further into the tail \
+             (--percentile 99.9), or set --slo to analyse them",
             latency.spikes,
             episodes.len(),
             fraction * 100.0,
             if explicit_slo {
                 String::new()
             } else {
-                " and ≥ 0.5% of requests".into()
+                format!(
+                    " and ≥ {}% of requests to move p{percentile}",
+                    min_fraction * 100.0
+                )
             }
         ));
     }

@@ -729,3 +729,44 @@ fn spikes_too_rare_to_reach_p995_claim_nothing() {
     );
     assert!(a.classification.causes.is_empty());
 }
+
+/// Two independent problems in one run: a periodic fault job and a
+/// sporadic neighbour. Two families, each classified on its own: periodic
+/// page faults at the job's period, sporadic preemption by the neighbour.
+#[test]
+fn two_problems_make_two_families() {
+    let mut s = Synth::new(10_000.0, 12);
+    for i in 0..28 {
+        let at = T0 + 250 * MS + i * 400 * MS;
+        s.stall(at, 20 * MS);
+        s.on_cpu(SERVER, at, 20 * MS, &[], 0.75);
+        s.events(at, Counter::PageFaultsMinor, 10_000);
+    }
+    for at in sporadic_times(14, 12) {
+        // Away from the fault bursts (250 ms + k·400 ms, 20 ms long).
+        let phase = (at - T0 + 400 * MS - 250 * MS) % (400 * MS);
+        let at = if !(60 * MS..=360 * MS).contains(&phase) {
+            at + 150 * MS
+        } else {
+            at
+        };
+        s.stall(at, 15 * MS);
+        s.preempted(SERVER, at, 15 * MS, "hog");
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    let family = |c: CauseKind| {
+        a.families
+            .iter()
+            .find(|f| f.cause == c)
+            .unwrap_or_else(|| panic!("no {c} family: {:#?}", a.families))
+    };
+    let faults = family(CauseKind::PageFaults);
+    assert_eq!(faults.signature, Signature::Periodic, "{}", faults.evidence);
+    let period = faults.periodicity.as_ref().expect("tested").period_ms;
+    assert!((period - 400.0).abs() < 400.0 * 0.05, "{}", faults.evidence);
+    assert_eq!(faults.episodes.len(), 28);
+    let hog = family(CauseKind::Preemption);
+    assert_eq!(hog.signature, Signature::Sporadic, "{}", hog.evidence);
+    assert_eq!(hog.detail.as_deref(), Some("hog"));
+}

@@ -14,9 +14,11 @@
 //!   one occurrence). Periods from 20 ms to a quarter of the family's
 //!   span (four cycles at least) are searched. Periodic when
 //!   p < 0.01 / families.
-//! - **Load correlation** (runs with a rate sweep): the Cochran-Armitage
-//!   trend test of the family's spike requests over the phases' requests,
-//!   scored by offered rate. Load-correlated when one-sided p < 0.01 /
+//! - **Load correlation**: with a rate sweep, the Cochran-Armitage trend
+//!   test of the family's spike requests over the phases' requests, scored
+//!   by offered rate; in any other run (passive, imported, one rate),
+//!   Spearman's rank correlation of requests per second against the
+//!   family's spike requests per second. Load-correlated when one-sided p < 0.01 /
 //!   families. When both tests pass, the smaller p-value wins.
 //! - **Impact** on the chosen percentile: the percentile of all requests
 //!   with the family's spike requests counted at the run's median latency
@@ -65,11 +67,18 @@ pub struct PeriodicityTest {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrendTest {
-    /// Cochran-Armitage statistic (standard normal under no trend).
+    /// `cochran-armitage` (over a rate sweep's phases) or `spearman`
+    /// (request rate against spike rate, second by second: any run).
+    pub method: String,
+    /// The test's standard-normal statistic.
     pub z: f64,
-    /// One-sided: spikes grow with the offered rate.
+    /// One-sided: spikes grow with the request rate.
     pub p_value: f64,
-    /// Spike fraction per phase, with the phase's rate.
+    /// Spearman's ρ (rank correlation), for `spearman`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rho: Option<f64>,
+    /// Spike fraction per phase, with the phase's rate (`cochran-armitage`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phases: Vec<(f64, f64)>,
 }
 
@@ -176,7 +185,7 @@ pub fn families(
             let members: Vec<&Episode> = idx.iter().map(|&i| &episodes[i]).collect();
             let spike_requests = members.iter().map(|e| e.window.requests).sum();
             let periodicity = periodicity(&members);
-            let trend = trend(&members, report);
+            let trend = trend(&members, report, latency);
             let periodic = periodicity.as_ref().is_some_and(|p| p.p_value < alpha);
             let growing = trend.as_ref().is_some_and(|t| t.p_value < alpha);
             // Both: the stronger evidence wins (a load sweep's changing rate
@@ -253,14 +262,60 @@ fn periodicity(members: &[&Episode]) -> Option<PeriodicityTest> {
     })
 }
 
-fn trend(members: &[&Episode], report: &LatencyReport) -> Option<TrendTest> {
+/// Seconds per bin of the rank-correlation trend test.
+const TREND_BIN_NS: u64 = 1_000_000_000;
+
+/// Without a sweep (a passive recording, an imported log, one fixed rate):
+/// requests completed per second against the family's spike requests per
+/// second, by Spearman's rank correlation. A fixed rate has nothing to
+/// correlate with and gives a large p; a client that raises its rate in
+/// steps, or production traffic that rises and falls, does.
+fn rank_trend(members: &[&Episode], latency: &LatencyCapture) -> Option<TrendTest> {
+    let shift = latency.bucket_shift;
+    let (start, end) = (latency.start_ns(), latency.end_ns());
+    let bins = usize::try_from(end.saturating_sub(start) / TREND_BIN_NS).ok()?;
+    if bins < 5 {
+        return None;
+    }
+    let bin = |t: u64| {
+        usize::try_from(t.checked_sub(start)? / TREND_BIN_NS)
+            .ok()
+            .filter(|&b| b < bins)
+    };
+    let mut requests = vec![0.0; bins];
+    for (i, b) in latency.buckets.iter().enumerate() {
+        if let Some(k) = bin((latency.bucket_origin + i as u64) << shift) {
+            requests[k] += f64::from(b.count);
+        }
+    }
+    let mut spikes = vec![0.0; bins];
+    for e in members {
+        if let Some(k) = bin(e.window.start_ns) {
+            spikes[k] += e.window.requests as f64;
+        }
+    }
+    let (rho, p_value) = stats::spearman(&requests, &spikes)?;
+    Some(TrendTest {
+        method: "spearman".into(),
+        z: rho.atanh() * ((bins as f64 - 3.0) / 1.06).sqrt(),
+        p_value,
+        rho: Some(rho),
+        phases: Vec::new(),
+    })
+}
+
+fn trend(
+    members: &[&Episode],
+    report: &LatencyReport,
+    latency: &LatencyCapture,
+) -> Option<TrendTest> {
     let phases: Vec<(f64, u64)> = report
         .phases
         .iter()
         .filter_map(|p| Some((p.rate?, p.summary.count)))
         .collect();
     if phases.len() < 2 || phases.len() != report.phases.len() {
-        return None;
+        return rank_trend(members, latency);
     }
     let mut spikes = vec![0u64; phases.len()];
     for e in members {
@@ -272,8 +327,10 @@ fn trend(members: &[&Episode], report: &LatencyReport) -> Option<TrendTest> {
     let scores: Vec<f64> = phases.iter().map(|p| p.0).collect();
     let (z, p_value) = stats::cochran_armitage(&spikes, &totals, &scores)?;
     Some(TrendTest {
+        method: "cochran-armitage".into(),
         z,
         p_value,
+        rho: None,
         phases: phases
             .iter()
             .zip(&spikes)
@@ -351,11 +408,17 @@ fn evidence(f: &Family, alpha: f64) -> String {
         None => parts.push("too few occurrences to test for a period (needs 4)".into()),
     }
     if let Some(t) = &f.trend {
-        parts.push(format!(
-            "trend with offered rate: z = {:.2}, p = {}",
-            t.z,
-            fmt_p(t.p_value)
-        ));
+        parts.push(match t.rho {
+            Some(rho) => format!(
+                "spike rate against request rate, second by second: Spearman ρ = {rho:.2}, p = {}",
+                fmt_p(t.p_value)
+            ),
+            None => format!(
+                "trend with offered rate: Cochran-Armitage z = {:.2}, p = {}",
+                t.z,
+                fmt_p(t.p_value)
+            ),
+        });
     }
     if let Some(i) = &f.impact {
         parts.push(format!(

@@ -192,10 +192,12 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         .map(|&(a, b)| accounts.window(a, b))
         .collect();
     let percentile = opts.percentile.unwrap_or(DEFAULT_PERCENTILE);
+    let families = families::families(&episodes, latency, &latency_report, percentile);
     let mut classification = classify(
         &episodes,
         &baseline_accounts,
         &latency_report,
+        &families,
         opts.slo_ns.is_some(),
         percentile,
     );
@@ -208,8 +210,6 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
             &baseline_spans,
         )
     });
-    let families = families::families(&episodes, latency, &latency_report, percentile);
-    lead_with_top_family(&mut classification, &families);
     Analysis {
         latency: latency_report,
         episodes,
@@ -223,32 +223,33 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
 /// holds most of the tail, by its own test: a periodic job among a VM's
 /// small stalls is periodic, whatever the stalls do. (Runs too thin to
 /// classify at all stay `none`.)
-fn lead_with_top_family(c: &mut Classification, families: &[families::Family]) {
-    if c.signature == Signature::None {
-        return;
+fn lead_with_top_family(
+    sig: signature::SignatureResult,
+    families: &[families::Family],
+) -> signature::SignatureResult {
+    if sig.signature == Signature::None {
+        return sig;
     }
     let Some(top) = families.iter().find(|f| !f.environment) else {
-        return;
+        return sig;
     };
-    c.signature = top.signature;
-    c.period_ms = top
+    let periodic = top
         .periodicity
         .as_ref()
-        .filter(|_| top.signature == Signature::Periodic)
-        .map(|p| p.period_ms);
-    c.jitter_ms = top
-        .periodicity
-        .as_ref()
-        .filter(|_| top.signature == Signature::Periodic)
-        .map(|p| p.jitter_ms);
+        .filter(|_| top.signature == Signature::Periodic);
     let name = match &top.detail {
         Some(d) => format!("{} ({d})", top.cause),
         None => top.cause.to_string(),
     };
-    c.evidence = format!(
-        "the family that holds most of the tail, {name}: {}",
-        top.evidence
-    );
+    signature::SignatureResult {
+        signature: top.signature,
+        period_ms: periodic.map(|p| p.period_ms),
+        jitter_ms: periodic.map(|p| p.jitter_ms),
+        evidence: format!(
+            "the family that holds most of the tail, {name}: {}",
+            top.evidence
+        ),
+    }
 }
 
 /// Stretches outside every episode (kept a bucket-and-more away from
@@ -409,10 +410,14 @@ fn classify(
     episodes: &[Episode],
     baseline: &[TimeAccount],
     latency: &LatencyReport,
+    families: &[families::Family],
     explicit_slo: bool,
     percentile: f64,
 ) -> Classification {
-    let sig = signature::signature(episodes, latency, explicit_slo, percentile);
+    let sig = lead_with_top_family(
+        signature::signature(episodes, latency, explicit_slo, percentile),
+        families,
+    );
     if sig.signature == Signature::None {
         return Classification {
             signature: sig.signature,

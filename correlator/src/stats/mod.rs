@@ -437,6 +437,32 @@ pub fn cochran_armitage(successes: &[u64], totals: &[u64], scores: &[f64]) -> Op
     Some((z, norm_sf(z)))
 }
 
+/// Spearman's rank correlation of paired samples, with the one-sided
+/// p-value of a positive association from the Fisher transform
+/// z = atanh(ρ)·√((n − 3) / 1.06) (Fieller, Hartley and Pearson's variance
+/// for Spearman's ρ). `None` with fewer than 5 pairs or a constant sample.
+pub fn spearman(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
+    let n = x.len();
+    if n < 5 || y.len() != n {
+        return None;
+    }
+    let (rx, _) = ranks(x);
+    let (ry, _) = ranks(y);
+    let mean = (n as f64 + 1.0) / 2.0;
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in rx.iter().zip(&ry) {
+        sxy += (a - mean) * (b - mean);
+        sxx += (a - mean).powi(2);
+        syy += (b - mean).powi(2);
+    }
+    if sxx <= 0.0 || syy <= 0.0 {
+        return None;
+    }
+    let rho = (sxy / (sxx * syy).sqrt()).clamp(-0.999_999, 0.999_999);
+    let z = rho.atanh() * ((n as f64 - 3.0) / 1.06).sqrt();
+    Some((rho, norm_sf(z)))
+}
+
 pub mod periodicity;
 
 #[cfg(test)]

@@ -243,3 +243,20 @@ fn cochran_armitage_matches_agresti() {
     assert!((p - 0.0052).abs() < 0.0005, "p = {p}");
     assert!(super::cochran_armitage(&[0, 0], &[10, 10], &[1.0, 2.0]).is_none());
 }
+
+#[test]
+fn spearman_ranks_and_signs() {
+    // A monotone relation is ρ = 1 whatever its shape; reversed, −1.
+    let x: Vec<f64> = (1..=20).map(f64::from).collect();
+    let y: Vec<f64> = x.iter().map(|v| v * v * v).collect();
+    let (rho, p) = super::spearman(&x, &y).expect("tested");
+    assert!((rho - 1.0).abs() < 1e-5 && p < 1e-6, "{rho} {p}");
+    let rev: Vec<f64> = y.iter().rev().copied().collect();
+    let (rho, p) = super::spearman(&x, &rev).expect("tested");
+    assert!((rho + 1.0).abs() < 1e-5 && p > 0.999, "{rho} {p}");
+    // No ties: ρ = 1 − 6Σd² / (n(n² − 1)) = 1 − 36/210 = 0.828571.
+    let (rho, _) =
+        super::spearman(&[1., 2., 3., 4., 5., 6.], &[2., 1., 4., 3., 6., 5.]).expect("tested");
+    assert!((rho - 0.828_571).abs() < 1e-5, "{rho}");
+    assert!(super::spearman(&[1., 1., 1., 1., 1.], &[1., 2., 3., 4., 5.]).is_none());
+}

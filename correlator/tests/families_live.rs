@@ -48,3 +48,46 @@ live_test! {
         assert_eq!(hog["detail"], "demo-hog", "{}", hog["evidence"]);
     }
 }
+
+live_test! {
+    /// A periodic job that skips a third of its cycles, among the VM's own
+    /// small stalls: periodic, at its period.
+    fn periodic_job_skipping_cycles_is_periodic() {
+        let dir = scratch("families-skip");
+        let events = dir.join("events.jsonl");
+        let (server, addr) = crate::util::helper_server(
+            "pathserver",
+            &[
+                "--path",
+                "fault",
+                "--every",
+                "300ms",
+                "--skip-every",
+                "3",
+                "--mib",
+                "32",
+                "--events",
+                events.to_str().expect("path"),
+            ],
+        );
+        let _ = Command::new("taskset")
+            .args(["-pc", "0", &server.0.id().to_string()])
+            .output();
+        let out = dir.join("report.json");
+        let status = Command::new(BIN)
+            .args(["run", "--quiet", "--pid", &server.0.id().to_string()])
+            .args(["--load", &format!("tcp://{addr}")])
+            .args(["--rate", "2000", "--duration", "15s", "--warmup", "1s"])
+            .arg("--out")
+            .arg(&out)
+            .status()
+            .expect("run");
+        assert!(status.success());
+        let report: Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("json");
+        let c = &report["classification"];
+        assert_eq!(c["signature"], "periodic", "{}", c["evidence"]);
+        let period = c["period_ms"].as_f64().expect("period");
+        assert!((period - 300.0).abs() <= 15.0, "{}", c["evidence"]);
+    }
+}

@@ -61,6 +61,9 @@ pub struct PathServerArgs {
     pub hold: Duration,
     #[arg(long, default_value_t = 64)]
     pub mib: usize,
+    /// Skip every Nth cycle (0: none): a periodic job that misses cycles.
+    #[arg(long, default_value_t = 0)]
+    pub skip_every: u64,
     /// JSON lines of every timed call.
     #[arg(long)]
     pub events: std::path::PathBuf,
@@ -174,7 +177,7 @@ fn trigger(state: &State) {
     let mut rng = crate::stats::Rng::new(u64::from(std::process::id()));
     let every = state.args.every;
     let mut next = std::time::Instant::now() + every;
-    loop {
+    for cycle in 1u64.. {
         let gap = if state.args.path == PathKind::Fault {
             every
         } else {
@@ -182,6 +185,10 @@ fn trigger(state: &State) {
         };
         next += gap;
         std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
+        let skip = state.args.skip_every;
+        if skip > 0 && cycle % skip == 0 {
+            continue;
+        }
         match state.args.path {
             PathKind::Lock => {
                 state.lock.store(1, Ordering::Release);

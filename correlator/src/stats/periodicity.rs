@@ -98,7 +98,9 @@ fn refine(times: &[f64], period: f64) -> (f64, f64) {
         let mut abs: Vec<f64> = points.iter().map(residual).collect();
         abs.sort_by(f64::total_cmp);
         let sigma = 1.4826 * abs[abs.len() / 2];
-        points.retain(|p| residual(p) <= 3.0 * sigma.max(1.0));
+        // Floored: with most residuals equal (MAD 0) the cut would keep
+        // only the points exactly on the line and report no jitter.
+        points.retain(|p| residual(p) <= 3.0 * sigma.max(period * 0.005));
         fit = line(&points);
     }
     match fit {

@@ -177,7 +177,9 @@ fn trigger(state: &State) {
     let mut rng = crate::stats::Rng::new(u64::from(std::process::id()));
     let every = state.args.every;
     let mut next = std::time::Instant::now() + every;
-    for cycle in 1u64.. {
+    let mut cycle = 0u64;
+    loop {
+        cycle += 1;
         let gap = if state.args.path == PathKind::Fault {
             every
         } else {
@@ -186,7 +188,7 @@ fn trigger(state: &State) {
         next += gap;
         std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
         let skip = state.args.skip_every;
-        if skip > 0 && cycle % skip == 0 {
+        if skip > 0 && cycle.is_multiple_of(skip) {
             continue;
         }
         match state.args.path {

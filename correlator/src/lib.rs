@@ -17,7 +17,8 @@
 //!
 //! Two more rules: `stats` imports nothing from the crate (pure functions
 //! with scipy-checked tests), and `harness` (helper targets for tests and
-//! benchmarks) may import any layer but only `cli` imports it.
+//! benchmarks) may import any layer but only `cli` and unit-test modules
+//! (`tests.rs`) import it.
 
 pub mod analysis;
 pub mod cli;

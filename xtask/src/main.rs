@@ -24,12 +24,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Format check, clippy (-D warnings), then every test (live ones need root + BPF).
+    /// Format check, layers, clippy (-D warnings), every test (live ones
+    /// need root + BPF), then the evaluation.
     Test,
     /// Build, check the machine, and run the demo scenario suite end to end.
     Demo,
     /// Check correlator's one-way layering (the list in correlator/src/lib.rs).
     Layers,
+    /// Score the analysis on synthetic runs with a known truth (signature
+    /// and top-cause accuracy, false claims on null runs); fails below the
+    /// acceptance.
+    Eval,
     /// Benchmarks (ratios against a baseline measured in the same run).
     Bench {
         #[command(subcommand)]
@@ -80,7 +85,14 @@ fn test() -> Result<()> {
     ]))?;
     // One test at a time: live tests measure a shared 2-core machine and
     // must not perturb each other.
-    run(cargo().args(["test", "--release", "--", "--test-threads=1"]))
+    run(cargo().args(["test", "--release", "--", "--test-threads=1"]))?;
+    eval()
+}
+
+/// `correlator eval` on 200 synthetic runs (see harness/eval.rs).
+fn eval() -> Result<()> {
+    let bin = build_release()?;
+    run(Command::new(bin).args(["eval", "--runs", "200"]))
 }
 
 fn demo() -> Result<()> {
@@ -96,6 +108,7 @@ fn main() -> Result<()> {
         Task::Test => test(),
         Task::Demo => demo(),
         Task::Layers => layers::run(),
+        Task::Eval => eval(),
         Task::Bench { which } => bench::run(which),
     }
 }

@@ -128,6 +128,10 @@ pub enum Command {
     /// Benchmark helper: peak memory of the latency recorder over a long synthetic run.
     #[command(hide = true)]
     Memcheck(MemcheckArgs),
+    /// Evaluation: synthetic runs with a known truth, scored (exits non-zero
+    /// below the acceptance).
+    #[command(hide = true)]
+    Eval(crate::harness::eval::EvalArgs),
     /// Benchmark helper: time to symbolize many unique stacks.
     #[command(hide = true)]
     Symbench(crate::harness::symbench::SymbenchArgs),

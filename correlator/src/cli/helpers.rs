@@ -62,3 +62,8 @@ pub fn symbench(a: &crate::harness::symbench::SymbenchArgs) -> Result<ExitCode> 
     crate::harness::symbench::run(a)?;
     Ok(ExitCode::SUCCESS)
 }
+
+pub fn eval(a: &crate::harness::eval::EvalArgs) -> Result<ExitCode> {
+    crate::harness::eval::run(a)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -45,5 +45,6 @@ pub fn execute(cli: Cli) -> Result<ExitCode> {
         Command::SynthRun(a) => helpers::synth_run(&a),
         Command::Memcheck(a) => helpers::memcheck(&a),
         Command::Symbench(a) => helpers::symbench(&a),
+        Command::Eval(a) => helpers::eval(&a),
     }
 }

@@ -5,9 +5,7 @@
 
 use std::process::Command;
 
-use serde_json::Value;
-
-use crate::util::{BIN, Proc, demo_server, scratch};
+use crate::util::{BIN, Proc, demo_server, run_report, scratch};
 
 live_test! {
     fn periodic_job_and_sporadic_hog_are_two_families() {
@@ -20,18 +18,7 @@ live_test! {
                 .spawn()
                 .expect("hog"),
         );
-        let out = dir.join("report.json");
-        let status = Command::new(BIN)
-            .args(["run", "--quiet", "--pid", &server.0.id().to_string()])
-            .args(["--load", &format!("tcp://{addr}")])
-            .args(["--rate", "2000", "--duration", "12s", "--warmup", "1s"])
-            .arg("--out")
-            .arg(&out)
-            .status()
-            .expect("run");
-        assert!(status.success());
-        let report: Value =
-            serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("json");
+        let report = run_report(server.0.id(), &format!("tcp://{addr}"), 2000, "12s", &dir, &[]);
         let families = report["families"].as_array().expect("families");
         let find = |cause: &str| {
             families
@@ -73,18 +60,7 @@ live_test! {
         let _ = Command::new("taskset")
             .args(["-pc", "0", &server.0.id().to_string()])
             .output();
-        let out = dir.join("report.json");
-        let status = Command::new(BIN)
-            .args(["run", "--quiet", "--pid", &server.0.id().to_string()])
-            .args(["--load", &format!("tcp://{addr}")])
-            .args(["--rate", "2000", "--duration", "15s", "--warmup", "1s"])
-            .arg("--out")
-            .arg(&out)
-            .status()
-            .expect("run");
-        assert!(status.success());
-        let report: Value =
-            serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("json");
+        let report = run_report(server.0.id(), &format!("tcp://{addr}"), 2000, "15s", &dir, &[]);
         let c = &report["classification"];
         assert_eq!(c["signature"], "periodic", "{}", c["evidence"]);
         let period = c["period_ms"].as_f64().expect("period");

@@ -17,7 +17,9 @@ use std::{
 
 use serde_json::Value;
 
-use crate::util::{BIN, Proc, debian_binary, free_port, helper_server, scratch, wait_listening};
+use crate::util::{
+    Proc, debian_binary, free_port, helper_server, run_report, scratch, wait_listening,
+};
 
 /// Runs the helper in `mode`, loads it with `correlator run --stacks`, and
 /// returns the report and the helper's own timed calls.
@@ -38,25 +40,15 @@ fn run(mode: &str, every: &str, dir: &Path) -> (Value, Vec<(u64, u64)>) {
     let _ = Command::new("taskset")
         .args(["-pc", "0", &server.0.id().to_string()])
         .output();
-    let out = dir.join("report.json");
     let folded = dir.join("paths.folded");
-    let status = Command::new(BIN)
-        .args([
-            "run",
-            "--quiet",
-            "--stacks",
-            "--pid",
-            &server.0.id().to_string(),
-        ])
-        .args(["--load", &format!("tcp://{addr}")])
-        .args(["--rate", "2000", "--duration", "10s", "--warmup", "1s"])
-        .arg("--out")
-        .arg(&out)
-        .arg("--folded")
-        .arg(&folded)
-        .status()
-        .expect("run");
-    assert!(status.success());
+    let report = run_report(
+        server.0.id(),
+        &format!("tcp://{addr}"),
+        2000,
+        "10s",
+        dir,
+        &["--stacks".as_ref(), "--folded".as_ref(), folded.as_os_str()],
+    );
     drop(server);
     // The folded files are what inferno and flamegraph.pl read.
     for f in [folded.clone(), dir.join("paths.baseline.folded")] {
@@ -79,8 +71,6 @@ fn run(mode: &str, every: &str, dir: &Path) -> (Value, Vec<(u64, u64)>) {
             )
         })
         .collect();
-    let report =
-        serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("report json");
     (report, calls)
 }
 
@@ -210,20 +200,16 @@ live_test! {
             })
         };
         let dir = scratch("stacks-redis");
-        let out = dir.join("report.json");
-        let status = Command::new(BIN)
-            .args(["run", "--quiet", "--stacks", "--pid", &server.0.id().to_string()])
-            .args(["--load", &format!("redis://127.0.0.1:{port}")])
-            .args(["--rate", "2000", "--duration", "8s", "--warmup", "1s"])
-            .arg("--out")
-            .arg(&out)
-            .status()
-            .expect("run");
+        let report = run_report(
+            server.0.id(),
+            &format!("redis://127.0.0.1:{port}"),
+            2000,
+            "8s",
+            &dir,
+            &["--stacks".as_ref()],
+        );
         stop.store(true, Ordering::Relaxed);
         let _ = sleeper.join();
-        assert!(status.success());
-        let report: Value =
-            serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("json");
         let causes = report["classification"]["causes"].as_array().expect("causes");
         let blocking = causes
             .iter()

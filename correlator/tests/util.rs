@@ -211,3 +211,27 @@ pub fn debian_binary(path: &str, test: &str) -> Option<String> {
     eprintln!("SKIPPED {test}: {path} missing (run xtask/setup.sh)");
     None
 }
+
+/// `correlator run --quiet --pid PID --load URL --rate RATE --duration
+/// SECONDS --warmup 1s --out DIR/report.json EXTRA...`; asserts success and
+/// returns the report JSON.
+pub fn run_report(
+    pid: u32,
+    url: &str,
+    rate: u32,
+    duration: &str,
+    dir: &std::path::Path,
+    extra: &[&std::ffi::OsStr],
+) -> serde_json::Value {
+    let out = dir.join("report.json");
+    let status = Command::new(BIN)
+        .args(["run", "--quiet", "--pid", &pid.to_string(), "--load", url])
+        .args(["--rate", &rate.to_string(), "--duration", duration])
+        .args(["--warmup", "1s", "--out"])
+        .arg(&out)
+        .args(extra)
+        .status()
+        .expect("run");
+    assert!(status.success());
+    serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("report json")
+}

@@ -122,7 +122,7 @@ impl std::fmt::Display for CauseKind {
 
 /// Categories tested against the baseline (`Queueing` is `OnCpu` under a
 /// load-correlated signature, decided by the sweep, not by this test).
-const SERVER_CAUSES: [CauseKind; 9] = [
+pub(crate) const SERVER_CAUSES: [CauseKind; 9] = [
     CauseKind::PageFaults,
     CauseKind::MajorFaults,
     CauseKind::Migrations,

@@ -39,7 +39,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Episode, LatencyReport, account::TimeAccount, causes::CauseKind, episodes, signature::Signature,
+    Episode, LatencyReport,
+    account::TimeAccount,
+    causes::{CauseKind, SERVER_CAUSES},
+    episodes,
+    signature::Signature,
 };
 use crate::{latency::capture::LatencyCapture, stats};
 
@@ -123,26 +127,13 @@ pub struct Family {
     pub evidence: String,
 }
 
-/// Categories an episode can be dominated by, in `CauseKind::time` terms.
-const CATEGORIES: [CauseKind; 11] = [
-    CauseKind::PageFaults,
-    CauseKind::MajorFaults,
-    CauseKind::Migrations,
-    CauseKind::Preemption,
-    CauseKind::Blocking,
-    CauseKind::Hardirq,
-    CauseKind::Softirq,
-    CauseKind::Syscall,
-    CauseKind::OnCpu,
-    CauseKind::Steal,
-    CauseKind::Idle,
-];
-
 /// The family key of one episode: its dominant category (unmeasured time
 /// counts as environment) and the detail that splits that category.
 fn key(a: &TimeAccount) -> (CauseKind, Option<String>) {
-    let (cause, t) = CATEGORIES
+    // The server categories the causes are tested in, and the environment.
+    let (cause, t) = SERVER_CAUSES
         .iter()
+        .chain(&[CauseKind::Steal, CauseKind::Idle])
         .map(|&c| (c, c.time(a)))
         .max_by_key(|&(c, t)| (t, std::cmp::Reverse(c)))
         .unwrap_or((CauseKind::Idle, 0));

@@ -67,3 +67,43 @@ live_test! {
         assert!((period - 300.0).abs() <= 15.0, "{}", c["evidence"]);
     }
 }
+
+live_test! {
+    /// A 3 ms stall every 10,000 requests on a µs-scale server at
+    /// 10,000 req/s: a few tenths of a percent of requests, below what can
+    /// move p99, found and named at `--percentile 99.9`.
+    fn rare_stall_is_found_at_p999() {
+        let dir = scratch("families-p999");
+        let (server, addr) = crate::util::helper_server(
+            "testserver",
+            &["--stall-every", "10000", "--stall", "3ms"],
+        );
+        let _ = Command::new("taskset")
+            .args(["-apc", "0", &server.0.id().to_string()])
+            .output();
+        let report = run_report(
+            server.0.id(),
+            &format!("tcp://{addr}"),
+            10_000,
+            "20s",
+            &dir,
+            &["--percentile".as_ref(), "99.9".as_ref()],
+        );
+        let c = &report["classification"];
+        assert_ne!(c["signature"], "none", "{}", c["evidence"]);
+        let top = c["causes"]
+            .as_array()
+            .expect("causes")
+            .iter()
+            .find(|x| !["idle", "steal"].contains(&x["cause"].as_str().unwrap_or("")))
+            .unwrap_or_else(|| panic!("no server cause: {c:#}"));
+        assert_eq!(top["cause"], "blocking", "{c:#}");
+        let families = report["families"].as_array().expect("families");
+        assert!(
+            families
+                .iter()
+                .any(|f| f["detail"] == "clock_nanosleep" && f["impact"]["percentile"] == 99.9),
+            "{families:#?}"
+        );
+    }
+}

@@ -48,6 +48,9 @@ pub struct RunOptions {
 /// Runs everything and returns the run and its report.
 pub fn run(opts: RunOptions) -> Result<(RunFile, Report)> {
     let target = Target::from_pid(opts.pid)?;
+    // Before attaching: a bad option or a dead server fails here, not
+    // after the probes are in.
+    loadgen::check(&opts.load)?;
     let phases = opts.load.rates.len() as u32;
     // Probes stay attached until the load is done (the load signals it);
     // the session length is only a backstop.

@@ -73,3 +73,40 @@ fn bad_uprobe_specs() {
         "no such binary",
     );
 }
+
+/// `run` checks its load options and the server before it attaches a probe
+/// (it printed "attached to PID" first, then failed on --warmup).
+#[test]
+fn run_validates_before_attaching() {
+    let me = std::process::id().to_string();
+    fails_with(
+        &[
+            "run",
+            "--pid",
+            &me,
+            "--load",
+            "tcp://127.0.0.1:1",
+            "--rate",
+            "100",
+            "--duration",
+            "2s",
+            "--warmup",
+            "3s",
+        ],
+        "--warmup must be shorter than --duration",
+    );
+    fails_with(
+        &[
+            "run",
+            "--pid",
+            &me,
+            "--load",
+            "tcp://127.0.0.1:1",
+            "--rate",
+            "100",
+            "--duration",
+            "2s",
+        ],
+        "is the server listening?",
+    );
+}

@@ -263,6 +263,8 @@ pub fn run(
     if opts.reps < 2 {
         bail!("--reps must be at least 2 per arm (≥ 9 for the U test to have power; 20 is better)");
     }
+    // Before any setting changes: a bad load option or a dead server.
+    loadgen::check(&opts.load)?;
     install_signal_handlers();
     let mut reps = Vec::new();
     for (i, arm) in order(opts.reps, opts.random_order).into_iter().enumerate() {

@@ -232,8 +232,10 @@ fn resolve(opts: &LoadOptions) -> Result<SocketAddr> {
     Ok(addr)
 }
 
-/// Runs the load and returns everything measured.
-pub fn run(opts: LoadOptions, progress: Option<Progress>) -> Result<LoadResult> {
+/// Checks the options and that the server accepts a connection; returns
+/// its address. Commands that attach probes or change settings call it
+/// first, so a typo or a dead server is one line before anything happens.
+pub fn check(opts: &LoadOptions) -> Result<SocketAddr> {
     if opts.rates.iter().any(|&r| !(r > 0.0 && r.is_finite())) {
         bail!("--rate must be positive requests per second");
     }
@@ -243,7 +245,12 @@ pub fn run(opts: LoadOptions, progress: Option<Progress>) -> Result<LoadResult> 
     if opts.warmup >= opts.duration {
         bail!("--warmup must be shorter than --duration");
     }
-    let addr = resolve(&opts)?;
+    resolve(opts)
+}
+
+/// Runs the load and returns everything measured.
+pub fn run(opts: LoadOptions, progress: Option<Progress>) -> Result<LoadResult> {
+    let addr = check(&opts)?;
     let clock_read_ns = clock_read_cost();
     // Give connections and threads time to set up before the first send.
     let start_ns = clock::monotonic_ns() + 50_000_000;

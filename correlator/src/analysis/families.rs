@@ -45,7 +45,10 @@ use super::{
     episodes,
     signature::Signature,
 };
-use crate::{latency::capture::LatencyCapture, stats};
+use crate::{
+    latency::{Distribution, capture::LatencyCapture},
+    stats,
+};
 
 /// Significance level of a family's signature test, before correction
 /// over the families tested. Strict on purpose: a report's headline should
@@ -157,6 +160,7 @@ fn key(a: &TimeAccount) -> (CauseKind, Option<String>) {
 pub fn families(
     episodes: &[Episode],
     latency: &LatencyCapture,
+    merged: &Distribution,
     report: &LatencyReport,
     percentile: f64,
 ) -> Vec<Family> {
@@ -173,7 +177,7 @@ pub fn families(
     }
     let tested = groups.keys().filter(|k| !k.0).count().max(1);
     let alpha = ALPHA / tested as f64;
-    let merged = latency.merged();
+    let tail = Tail::new(episodes, latency, merged, report, percentile);
     let mut out: Vec<Family> = groups
         .into_iter()
         .map(|((environment, cause, detail), idx)| {
@@ -197,7 +201,7 @@ pub fn families(
                 _ if growing => Signature::LoadCorrelated,
                 _ => Signature::Sporadic,
             };
-            let impact = impact(&members, latency, &merged, report, percentile);
+            let impact = tail.as_ref().map(|t| t.impact(&idx));
             let mut family = Family {
                 cause,
                 detail,
@@ -221,6 +225,18 @@ pub fn families(
             .then(b.spike_requests.cmp(&a.spike_requests))
     });
     out
+}
+
+impl Family {
+    /// How a reader calls it: `environment`, or the cause with its detail
+    /// (`blocking (futex)`).
+    pub fn name(&self) -> String {
+        match (&self.detail, self.environment) {
+            (_, true) => "environment".to_string(),
+            (Some(d), false) => format!("{} ({d})", self.cause),
+            (None, false) => self.cause.to_string(),
+        }
+    }
 }
 
 /// Occurrence times of a family: episode starts, a burst of episodes
@@ -334,47 +350,92 @@ fn trend(
     })
 }
 
-fn impact(
-    members: &[&Episode],
-    latency: &LatencyCapture,
-    merged: &crate::latency::Distribution,
-    report: &LatencyReport,
+/// The chosen percentile of the run and, per episode, its spike requests'
+/// latencies and how many reached the percentile: gathered in one pass over
+/// the requests, then summed per family.
+struct Tail<'a> {
+    merged: &'a Distribution,
     percentile: f64,
-) -> Option<Impact> {
-    let threshold = report.threshold_ns?;
-    let value = merged.percentile(percentile).value_ns?;
-    let median = merged.percentile(50.0).value_ns?;
-    let inside = |t: u64| {
-        members
-            .iter()
-            .any(|e| t >= e.window.start_ns && t <= e.window.end_ns)
-    };
-    let mut removed = crate::latency::Distribution::new();
-    let (mut above, mut above_here) = (0u64, 0u64);
-    for r in &latency.requests {
-        let mine = r.corrected() >= threshold
-            && episodes::slow_at_server(r, threshold)
-            && inside(r.intended_ns);
-        if mine {
-            removed.record(r.corrected());
+    value_ns: u64,
+    median_ns: u64,
+    /// Requests at or above the percentile's value, in all.
+    above: u64,
+    /// Per episode: its spike requests' latencies, and how many of them are
+    /// at or above the percentile's value.
+    spikes: Vec<Vec<u64>>,
+    above_in: Vec<u64>,
+}
+
+impl<'a> Tail<'a> {
+    fn new(
+        episodes: &[Episode],
+        latency: &LatencyCapture,
+        merged: &'a Distribution,
+        report: &LatencyReport,
+        percentile: f64,
+    ) -> Option<Self> {
+        let threshold = report.threshold_ns?;
+        let value_ns = merged.percentile(percentile).value_ns?;
+        let median_ns = merged.percentile(50.0).value_ns?;
+        let mut tail = Self {
+            merged,
+            percentile,
+            value_ns,
+            median_ns,
+            above: 0,
+            spikes: vec![Vec::new(); episodes.len()],
+            above_in: vec![0; episodes.len()],
+        };
+        for r in &latency.requests {
+            let ns = r.corrected();
+            let above = ns >= value_ns;
+            tail.above += u64::from(above);
+            if ns < threshold || !episodes::slow_at_server(r, threshold) {
+                continue;
+            }
+            // Episodes are in time order and do not overlap: the last one
+            // starting at or before the request is the only candidate.
+            let i = episodes.partition_point(|e| e.window.start_ns <= r.intended_ns);
+            if let Some(i) = i.checked_sub(1)
+                && r.intended_ns <= episodes[i].window.end_ns
+            {
+                tail.spikes[i].push(ns);
+                tail.above_in[i] += u64::from(above);
+            }
         }
-        if r.corrected() >= value {
-            above += 1;
-            above_here += u64::from(mine);
+        Some(tail)
+    }
+
+    /// The impact of the family made of episodes `idx`: its spike requests
+    /// counted at the median instead, and its share of the requests at or
+    /// above the percentile.
+    fn impact(&self, idx: &[usize]) -> Impact {
+        let mut removed = Distribution::new();
+        let mut above_here = 0;
+        for &i in idx {
+            for &ns in &self.spikes[i] {
+                removed.record(ns);
+            }
+            above_here += self.above_in[i];
+        }
+        let mut without = self.merged.clone();
+        without.subtract(&removed);
+        without.record_n(self.median_ns, removed.count());
+        let value = self.value_ns;
+        let without_ns = without
+            .percentile(self.percentile)
+            .value_ns
+            .unwrap_or(self.median_ns)
+            .min(value);
+        Impact {
+            percentile: self.percentile,
+            value_ns: value,
+            without_ns,
+            share_of_excess: (value - without_ns) as f64
+                / value.saturating_sub(self.median_ns).max(1) as f64,
+            share_above: above_here as f64 / self.above.max(1) as f64,
         }
     }
-    let mut without = merged.clone();
-    without.subtract(&removed);
-    without.record_n(median, removed.count());
-    let without_ns = without.percentile(percentile).value_ns.unwrap_or(median);
-    let without_ns = without_ns.min(value);
-    Some(Impact {
-        percentile,
-        value_ns: value,
-        without_ns,
-        share_of_excess: (value - without_ns) as f64 / value.saturating_sub(median).max(1) as f64,
-        share_above: above_here as f64 / above.max(1) as f64,
-    })
 }
 
 fn evidence(f: &Family, alpha: f64) -> String {

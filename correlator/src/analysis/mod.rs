@@ -192,7 +192,7 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         .map(|&(a, b)| accounts.window(a, b))
         .collect();
     let percentile = opts.percentile.unwrap_or(DEFAULT_PERCENTILE);
-    let families = families::families(&episodes, latency, &latency_report, percentile);
+    let families = families::families(&episodes, latency, &merged, &latency_report, percentile);
     let mut classification = classify(
         &episodes,
         &baseline_accounts,
@@ -237,16 +237,13 @@ fn lead_with_top_family(
         .periodicity
         .as_ref()
         .filter(|_| top.signature == Signature::Periodic);
-    let name = match &top.detail {
-        Some(d) => format!("{} ({d})", top.cause),
-        None => top.cause.to_string(),
-    };
     signature::SignatureResult {
         signature: top.signature,
         period_ms: periodic.map(|p| p.period_ms),
         jitter_ms: periodic.map(|p| p.jitter_ms),
         evidence: format!(
-            "the family that holds most of the tail, {name}: {}",
+            "the family that holds most of the tail, {}: {}",
+            top.name(),
             top.evidence
         ),
     }

@@ -146,14 +146,14 @@ impl PathTimes {
         out
     }
 
-    /// The heaviest paths that are evidence for `cause`, with their share
-    /// of `total_ns`. Paths are compared by their [`trimmed`] form: the
-    /// same function reached the same way is one path, whatever the
-    /// kernel did deep below its entry point.
-    pub fn top_for(&self, cause: CauseKind, total_ns: f64, n: usize) -> Vec<CodePath> {
+    /// The paths of the categories `keep` accepts, heaviest first, with
+    /// their share of `total_ns`. Paths are compared by their [`trimmed`]
+    /// form: the same function reached the same way is one path, whatever
+    /// the kernel did deep below its entry point.
+    fn ranked(&self, keep: impl Fn(PathCategory) -> bool, total_ns: f64) -> Vec<CodePath> {
         let mut by_trimmed: HashMap<Vec<String>, f64> = HashMap::new();
         for ((cat, frames), ns) in &self.by_path {
-            if cat.evidence_for(cause) && !frames.is_empty() {
+            if keep(*cat) && !frames.is_empty() {
                 *by_trimmed.entry(trimmed(frames)).or_default() += ns;
             }
         }
@@ -166,31 +166,26 @@ impl PathTimes {
             })
             .collect();
         paths.sort_by(|a, b| b.time_ns.cmp(&a.time_ns).then(a.frames.cmp(&b.frames)));
+        paths
+    }
+
+    /// The heaviest paths that are evidence for `cause`.
+    pub fn top_for(&self, cause: CauseKind, total_ns: f64, n: usize) -> Vec<CodePath> {
+        let mut paths = self.ranked(|cat| cat.evidence_for(cause), total_ns);
         paths.truncate(n);
         paths
     }
 
     /// The heaviest path of any category that is the server's doing (not
-    /// an idle wait, not the probes), with its share of `total_ns`.
+    /// an idle wait, not the probes).
     pub fn top_any(&self, total_ns: f64) -> Option<CodePath> {
-        let mut by_trimmed: HashMap<Vec<String>, f64> = HashMap::new();
-        for ((cat, frames), ns) in &self.by_path {
-            let server = !matches!(
+        let server = |cat| {
+            !matches!(
                 cat,
                 PathCategory::Blocked(Site::Idle) | PathCategory::Probes
-            );
-            if server && !frames.is_empty() {
-                *by_trimmed.entry(trimmed(frames)).or_default() += ns;
-            }
-        }
-        by_trimmed
-            .into_iter()
-            .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
-            .map(|(frames, ns)| CodePath {
-                frames,
-                share: ns / total_ns.max(1.0),
-                time_ns: ns as u64,
-            })
+            )
+        };
+        self.ranked(server, total_ns).into_iter().next()
     }
 
     fn merge(&mut self, other: PathTimes) {

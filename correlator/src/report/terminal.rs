@@ -61,11 +61,7 @@ pub fn render(r: &Report) -> String {
             p.map_or(String::new(), |p| format!(" on p{p}"))
         );
         for (i, f) in r.families.iter().take(4).enumerate() {
-            let name = match (&f.detail, f.environment) {
-                (_, true) => "environment".to_string(),
-                (Some(d), false) => format!("{} ({d})", f.cause),
-                (None, false) => f.cause.to_string(),
-            };
+            let name = f.name();
             let sig = serde_json::to_value(f.signature)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))

@@ -5,33 +5,20 @@
 //! one fails the test instead of skipping it.
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _, Write as _},
+    io::{BufRead as _, Read as _, Write as _},
     net::TcpListener,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use crate::util::{BIN, Proc, debian_binary, free_port, scratch, wait_listening};
+use crate::util::{BIN, Proc, debian_binary, free_port, helper_server, scratch, wait_listening};
 use serde_json::Value;
 
 fn test_server(stall_every: u64, stall: &str) -> (Proc, String) {
-    let mut child = Command::new(BIN)
-        .args([
-            "testserver",
-            "--stall-every",
-            &stall_every.to_string(),
-            "--stall",
-            stall,
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("testserver");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("listening line");
-    let addr = line.trim().rsplit(' ').next().expect("addr").to_string();
-    (Proc(child), addr)
+    helper_server(
+        "testserver",
+        &["--stall-every", &stall_every.to_string(), "--stall", stall],
+    )
 }
 
 fn load_json(args: &[&str]) -> Value {

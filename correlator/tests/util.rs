@@ -173,7 +173,7 @@ pub fn helper_server(command: &str, args: &[&str]) -> (Proc, String) {
         .args(args)
         .stdout(Stdio::piped())
         .spawn()
-        .expect("demo-server");
+        .expect(command);
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("stdout"))
         .read_line(&mut line)

@@ -5,7 +5,7 @@
 //! one fails the test instead of skipping it.
 
 use std::{
-    io::{BufRead as _, Read as _, Write as _},
+    io::{Read as _, Write as _},
     net::TcpListener,
     process::{Command, Stdio},
     time::{Duration, Instant},

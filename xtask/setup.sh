@@ -68,6 +68,19 @@ else
         --version "${BPF_LINKER_VERSION}" --no-default-features --features "llvm-${LLVM}"
 fi
 
+# Python packages the tests decode outputs with (the official Perfetto trace
+# schema), in a venv of their own: Debian's Python is externally managed.
+TEST_VENV=/var/lib/correlator-tests/venv
+PY_PACKAGES=(perfetto==0.59.1 protobuf==7.36.2)
+if [ -x "$TEST_VENV/bin/python" ] && "$TEST_VENV/bin/python" -c \
+    'from perfetto.protos.perfetto.trace import perfetto_trace_pb2' 2>/dev/null; then
+    say "test venv present: $TEST_VENV (${PY_PACKAGES[*]})"
+else
+    say "creating test venv $TEST_VENV with ${PY_PACKAGES[*]}"
+    python3 -m venv "$TEST_VENV"
+    "$TEST_VENV/bin/pip" install -q "${PY_PACKAGES[@]}"
+fi
+
 if [ -d /sys/kernel/tracing/events ]; then
     say "tracefs mounted"
 else

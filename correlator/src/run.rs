@@ -164,14 +164,10 @@ pub fn write_outputs(run: &RunFile, report: &Report, out: &Outputs) -> Result<()
         write(&baseline_sibling(p), flame::folded(&cp.baseline))?;
     }
     if let Some(p) = &out.perfetto {
-        let latency = run
-            .latency
-            .as_ref()
-            .ok_or_else(|| anyhow!("no latency in the run: nothing to trace"))?;
-        write(
-            p,
-            serde_json::to_string(&perfetto::render(report, run, latency))?,
-        )?;
+        let trace = perfetto::write(report, run, p)?;
+        for note in &trace.notes {
+            eprintln!("note: Perfetto trace: {note}");
+        }
     }
     Ok(())
 }

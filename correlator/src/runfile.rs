@@ -242,6 +242,10 @@ pub struct RunFile {
     /// `--stacks`: the stacks samples and off-CPU records reference.
     #[serde(default, skip_serializing_if = "StackTable::is_empty")]
     pub stacks: StackTable,
+    /// The run's clock (CLOCK_MONOTONIC) against BOOTTIME and wall time,
+    /// read at the end of recording (absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<crate::clock::ClockSnapshot>,
 }
 
 /// Name of each account slot in run files, in `correlator_common::Account`
@@ -423,6 +427,7 @@ impl RunFile {
             thread_names: c.thread_names,
             stack_samples: c.timeline.samples().to_vec(),
             stacks: c.stacks,
+            clocks: Some(crate::clock::ClockSnapshot::now()),
         }
     }
 
@@ -440,32 +445,48 @@ impl RunFile {
             .with_context(|| format!("cannot move run file into place at {}", path.display()))
     }
 
+    /// Reads a run file. Parsed straight from the file (no copy of the
+    /// text, no intermediate JSON tree): run files of long fast runs are
+    /// 100+ MB and a second copy of them was the report's peak memory.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = fs::read_to_string(path)
-            .with_context(|| format!("cannot read run file {}", path.display()))?;
-        // Check the schema first (a small struct: serde skips the rest) so a
-        // wrong file gets a precise message, then parse once, straight into
-        // the run file (no intermediate JSON tree: run files can be large).
-        #[derive(Deserialize)]
-        struct Probe {
-            schema: Option<String>,
-        }
-        let probe: Probe = serde_json::from_str(&text).with_context(|| {
-            format!("{} is not a correlator run file (not JSON)", path.display())
-        })?;
-        match probe.schema.as_deref() {
-            Some(SCHEMA) => {}
-            Some(other) => bail!(
-                "{} has schema {other}; this correlator reads {SCHEMA}",
-                path.display()
+        let open = || {
+            fs::File::open(path)
+                .map(std::io::BufReader::new)
+                .with_context(|| format!("cannot read run file {}", path.display()))
+        };
+        match serde_json::from_reader::<_, Self>(open()?) {
+            Ok(run) if run.schema == SCHEMA => Ok(run),
+            Ok(run) => bail!(
+                "{} has schema {}; this correlator reads {SCHEMA}",
+                path.display(),
+                run.schema
             ),
-            None => bail!(
-                "{} is not a correlator run file (no \"schema\" field)",
-                path.display()
-            ),
+            Err(parse) => {
+                // Read the schema alone (a small struct: serde skips the
+                // rest) so a wrong file gets a precise message.
+                #[derive(Deserialize)]
+                struct Probe {
+                    schema: Option<String>,
+                }
+                let probe: Probe = serde_json::from_reader(open()?).with_context(|| {
+                    format!("{} is not a correlator run file (not JSON)", path.display())
+                })?;
+                match probe.schema.as_deref() {
+                    Some(SCHEMA) => Err(anyhow::Error::new(parse).context(format!(
+                        "{} is a malformed {SCHEMA} run file",
+                        path.display()
+                    ))),
+                    Some(other) => bail!(
+                        "{} has schema {other}; this correlator reads {SCHEMA}",
+                        path.display()
+                    ),
+                    None => bail!(
+                        "{} is not a correlator run file (no \"schema\" field)",
+                        path.display()
+                    ),
+                }
+            }
         }
-        serde_json::from_str(&text)
-            .with_context(|| format!("{} is a malformed {SCHEMA} run file", path.display()))
     }
 }
 

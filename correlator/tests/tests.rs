@@ -28,6 +28,7 @@ mod experiment_live;
 mod families_live;
 mod loadgen;
 mod passive_live;
+mod perfetto_live;
 mod probes_live;
 mod run_live;
 mod stacks_live;

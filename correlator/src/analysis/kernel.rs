@@ -124,8 +124,17 @@ pub struct Threads<'a> {
 
 impl<'a> Threads<'a> {
     pub fn new(records: &'a [OffCpu]) -> Self {
-        let mut spans: Vec<Span<'a>> = records.iter().flat_map(spans).collect();
-        spans.sort_by_key(|s| s.start_ns);
+        // Sized exactly and sorted in place: with half a million records
+        // (a minute at 10,000 req/s), growing by doubling and a stable
+        // sort's scratch buffer were the report's peak memory.
+        let count = records
+            .iter()
+            .map(|r| usize::from(r.blocked_ns > 0) + usize::from(r.runnable_ns > 0))
+            .sum();
+        let mut all: Vec<Span<'a>> = Vec::with_capacity(count);
+        all.extend(records.iter().flat_map(spans));
+        all.sort_unstable_by_key(|s| (s.start_ns, s.end_ns));
+        let spans = all;
         let longest = spans.iter().map(Span::duration_ns).max().unwrap_or(0);
         Self { spans, longest }
     }

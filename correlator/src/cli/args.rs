@@ -212,7 +212,8 @@ pub struct ReportOutputs {
     /// Self-contained HTML report with plots.
     #[arg(long)]
     pub html: Option<PathBuf>,
-    /// Chrome/Perfetto trace JSON (open in ui.perfetto.dev).
+    /// Native Perfetto trace (protobuf; open in ui.perfetto.dev or
+    /// trace_processor): threads, requests, episodes, counters, flows.
     #[arg(long)]
     pub perfetto: Option<PathBuf>,
     /// Folded stacks of episode time (runs recorded with --stacks), for

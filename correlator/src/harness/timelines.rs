@@ -292,6 +292,7 @@ impl Synth {
             thread_names: BTreeMap::new(),
             stack_samples: Vec::new(),
             stacks: Default::default(),
+            clocks: None,
         };
         let lat = LatencyCapture {
             source: "synthetic".into(),

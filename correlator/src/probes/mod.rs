@@ -301,7 +301,8 @@ impl Probes {
                 let rec = unsafe { item.as_ptr().cast::<OffCpuRecord>().read_unaligned() };
                 let mut off = OffCpu::from(&rec);
                 if off.next_comm.is_empty() && off.next_pid != 0 {
-                    off.next_comm = task_name(&mut self.names, off.next_pid);
+                    off.next_comm =
+                        crate::timeline::Comm::new(&task_name(&mut self.names, off.next_pid));
                 }
                 timeline.push_offcpu(off);
             }

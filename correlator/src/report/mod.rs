@@ -1,5 +1,5 @@
 //! The report model (schema `correlator.report/v2`, docs/report.md) and its
-//! views: terminal, JSON, HTML with SVG plots, and a Perfetto / Chrome trace.
+//! views: terminal, JSON, HTML with SVG plots, and a native Perfetto trace.
 //! Every view renders this one model.
 
 pub mod flame;

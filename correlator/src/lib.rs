@@ -12,7 +12,7 @@
 //! - sources: probes, loadgen, symbols
 //! - run file: runfile, record
 //! - analysis: analysis
-//! - views: report, summary, doctor, experiment, run, demo
+//! - views: report, summary, doctor, experiment, run, confirm, demo
 //! - cli: cli
 //!
 //! Two more rules: `stats` imports nothing from the crate (pure functions
@@ -23,6 +23,7 @@
 pub mod analysis;
 pub mod cli;
 pub mod clock;
+pub mod confirm;
 pub mod cpu;
 pub mod demo;
 pub mod doctor;

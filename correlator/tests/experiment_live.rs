@@ -20,7 +20,7 @@ fn experiment(pid: u32, addr: &str, extra: &[&str], out: &std::path::Path) -> Va
             "--load",
             &format!("tcp://{addr}"),
         ])
-        .args(["--rate", "4000", "--reps", "15", "--rep-duration", "2s"])
+        .args(["--rate", "4000", "--rep-duration", "2s"])
         .arg("--out")
         .arg(out)
         // Its own state file, so tests never see each other's.
@@ -67,7 +67,8 @@ live_test! {
         let r = experiment(
             server.0.id(),
             &addr,
-            &["--knob", &format!("stop={hog_pid}")],
+            // Repetitions chosen by the sequential design.
+            &["--knob", &format!("stop={hog_pid}"), "--reps", "auto"],
             &dir.join("r.json"),
         );
         let t = test_for(&r, 99.0);
@@ -99,7 +100,7 @@ live_test! {
         let r = experiment(
             server.0.id(),
             &addr,
-            &["--apply", "true", "--revert", "true", "--alpha", "0.01"],
+            &["--apply", "true", "--revert", "true", "--alpha", "0.01", "--reps", "15"],
             &dir.join("aa.json"),
         );
         let t = test_for(&r, 99.0);
@@ -253,6 +254,41 @@ live_test! {
             !sleeper_state().contains("State:\tT"),
             "the neighbour was left stopped"
         );
+        assert!(!state.exists());
+    }
+}
+
+live_test! {
+    /// Killed after the state file is durable and before the setting
+    /// changes (a failpoint aborts there): nothing changed, and --restore
+    /// leaves the server as it was (restoring the recorded original is
+    /// harmless when the change never happened).
+    fn killed_between_state_write_and_change_then_restore_leaves_the_system_as_it_was() {
+        let dir = scratch("exp-failpoint");
+        let state = dir.join("state.json");
+        let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
+        let pid = server.0.id();
+        assert_eq!(affinity(pid), "1");
+        let status = Command::new(BIN)
+            .args(["experiment", "--pid", &pid.to_string(), "--load", &format!("tcp://{addr}")])
+            .args(["--rate", "2000", "--reps", "3", "--rep-duration", "1s", "--knob", "pin=0"])
+            .arg("--state-file")
+            .arg(&state)
+            .env("CORRELATOR_FAILPOINT", "after-state-write")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("experiment");
+        assert!(!status.success(), "the failpoint killed it");
+        assert!(state.exists(), "the state file was durable before the change");
+        assert_eq!(affinity(pid), "1", "the change never happened");
+        let out = Command::new(BIN)
+            .args(["experiment", "--restore", "--state-file"])
+            .arg(&state)
+            .output()
+            .expect("restore");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(affinity(pid), "1", "--restore leaves it as it was");
         assert!(!state.exists());
     }
 }

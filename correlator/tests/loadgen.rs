@@ -164,6 +164,51 @@ fn writes_an_hlog() {
     );
 }
 
+/// SIGINT 3 s into a 30 s run: the run ends with the results of those
+/// 3 s (JSON and .hlog), says it was interrupted, and exits 130.
+#[test]
+fn sigint_keeps_the_results_so_far() {
+    let (_server, addr) = test_server(0, "0s");
+    let dir = scratch("load-sigint");
+    let hlog = dir.join("run.hlog");
+    let child = Command::new(BIN)
+        .args([
+            "load",
+            &format!("tcp://{addr}"),
+            "--rate",
+            "2000",
+            "--duration",
+            "30s",
+        ])
+        .args(["--warmup", "0s", "--json", "--quiet", "--hlog"])
+        .arg(&hlog)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("load");
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130), "128 + SIGINT");
+    let j: Value = serde_json::from_slice(&out.stdout).expect("load json");
+    let after = j["interrupted"]["after_s"].as_f64().expect("interrupted");
+    assert!((2.5..3.5).contains(&after), "{}", j["interrupted"]);
+    assert_eq!(j["interrupted"]["planned_s"].as_f64(), Some(30.0));
+    let phase = &j["phases"][0];
+    let completed = phase["completed"].as_u64().expect("completed");
+    // 2,000 req/s for ~3 s (minus the 50 ms set-up).
+    assert!((4_500..=7_000).contains(&completed), "{phase}");
+    let rate = phase["rate_achieved"].as_f64().expect("rate");
+    assert!(
+        (rate - 2000.0).abs() < 200.0,
+        "rate over the measured time: {rate}"
+    );
+    assert!(
+        std::fs::metadata(&hlog).expect("hlog").len() > 100,
+        "hlog written"
+    );
+}
+
 /// Minimal base64 (standard alphabet) for reading the .hlog in the test.
 fn base64_decode(s: &str) -> Vec<u8> {
     let val = |c: u8| match c {
@@ -272,12 +317,23 @@ fn speaks_http_to_nginx() {
     let port = free_port();
     let dir = scratch("nginx");
     std::fs::write(dir.join("index.html"), "hello\n").expect("index");
+    for sub in ["chunked", "closed"] {
+        std::fs::create_dir_all(dir.join(sub)).expect("dir");
+        std::fs::write(dir.join(sub).join("index.html"), "hello\n").expect("page");
+    }
+    // sub_filter drops Content-Length: HTTP/1.1 then chunks the body, and
+    // with chunking off nginx ends the body by closing the connection.
     let conf = format!(
         "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n\
          events {{ worker_connections 256; }}\n\
          http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; \
          uwsgi_temp_path {d}; scgi_temp_path {d};\n\
-         server {{ listen 127.0.0.1:{port}; root {d}; keepalive_requests 1000000; }} }}\n",
+         server {{ listen 127.0.0.1:{port}; root {d}; keepalive_requests 1000000;\n\
+           location = /empty {{ return 204; }}\n\
+           location = /unchanged {{ return 304; }}\n\
+           location /chunked/ {{ sub_filter 'hello' 'howdy'; }}\n\
+           location /closed/ {{ sub_filter 'hello' 'howdy'; chunked_transfer_encoding off; }}\n\
+         }} }}\n",
         d = dir.display()
     );
     std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
@@ -291,7 +347,57 @@ fn speaks_http_to_nginx() {
             .expect("nginx"),
     );
     wait_listening(port);
-    check_real_server(&format!("http://127.0.0.1:{port}/index.html"), &[]);
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    // What nginx sends on each path (the framing under test).
+    let head = |path: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("read");
+        text
+    };
+    assert!(head("/empty").starts_with("HTTP/1.1 204"));
+    assert!(head("/unchanged").starts_with("HTTP/1.1 304"));
+    assert!(
+        head("/chunked/")
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+    );
+    let closed = head("/closed/").to_ascii_lowercase();
+    assert!(
+        !closed.contains("content-length") && !closed.contains("chunked"),
+        "{closed}"
+    );
+
+    check_real_server(&url("/index.html"), &[]);
+    // 204 and 304 have no body, whatever a Content-Length would say.
+    check_real_server(&url("/empty"), &[]);
+    check_real_server(&url("/unchanged"), &[]);
+    check_real_server(&url("/chunked/"), &[]);
+    // A body ended by the close: one request per connection (closed loop),
+    // every one answered.
+    let out = load_json(&[
+        &url("/closed/"),
+        "--rate",
+        "300",
+        "--duration",
+        "3s",
+        "--warmup",
+        "0s",
+        "--closed-loop",
+        "--connections",
+        "2",
+    ]);
+    let p = &out["phases"][0];
+    eprintln!("close-delimited: {p}");
+    assert_eq!(p["errors"], 0, "{p}");
+    assert_eq!(p["timeouts"], 0, "{p}");
+    let sent = p["sent"].as_u64().expect("sent");
+    assert!(sent >= 800 && p["completed"].as_u64() == Some(sent), "{p}");
 }
 
 #[test]

@@ -231,6 +231,22 @@ pub struct ReportOutputs {
     pub percentile: f64,
 }
 
+/// `--reps`: a number per arm, or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepsArg {
+    Fixed(usize),
+    Auto,
+}
+
+fn reps(s: &str) -> Result<RepsArg, String> {
+    if s == "auto" {
+        return Ok(RepsArg::Auto);
+    }
+    s.parse()
+        .map(RepsArg::Fixed)
+        .map_err(|_| format!("{s}: a number of repetitions per arm, or `auto`"))
+}
+
 fn percentile(s: &str) -> Result<f64, String> {
     let p: f64 = s.parse().map_err(|_| format!("{s}: not a number"))?;
     if p > 0.0 && p < 100.0 {
@@ -258,6 +274,18 @@ pub struct RunArgs {
     pub run_file: Option<PathBuf>,
     #[command(flatten)]
     pub probes: ProbeArgs,
+    /// After the analysis, test the top N confirmable causes by experiment
+    /// against the same load (knob on/off, repetitions until clear) and
+    /// report each confirmed / refuted / inconclusive. Default N: 2.
+    #[arg(long, num_args = 0..=1, default_missing_value = "2", value_name = "N")]
+    pub confirm: Option<usize>,
+    /// Let --confirm stop this process (PID or comm) for its treatment
+    /// arm; without it, no process is ever stopped. Repeatable.
+    #[arg(long, value_name = "PID|COMM")]
+    pub allow_stop: Vec<String>,
+    /// Where --confirm records a setting before changing it.
+    #[arg(long, default_value = "/tmp/correlator-confirm.state")]
+    pub state_file: PathBuf,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -356,6 +384,10 @@ pub struct ReportArgs {
     /// Clock of the timestamps in --latency-log.
     #[arg(long, value_enum, default_value = "monotonic")]
     pub clock: crate::latency::import::Clock,
+    /// Print the experiments that would confirm each cause, as commands
+    /// to run by hand (what `run --confirm` would run).
+    #[arg(long)]
+    pub plan: bool,
     #[command(flatten)]
     pub outputs: ReportOutputs,
 }
@@ -407,9 +439,15 @@ pub struct ExperimentArgs {
     /// The user command that undoes --apply.
     #[arg(long, requires = "apply")]
     pub revert: Option<String>,
-    /// Repetitions per arm (≥ 9 for the U test; 20 is better).
-    #[arg(long, default_value_t = 10)]
-    pub reps: usize,
+    /// Repetitions per arm (≥ 9 for the U test; 20 is better), or `auto`:
+    /// look every 5 per arm and stop once the answer is clear (a
+    /// group-sequential design keeps the false-positive rate at α), at
+    /// most --max-reps.
+    #[arg(long, default_value = "10", value_parser = reps)]
+    pub reps: RepsArg,
+    /// With --reps auto: the most repetitions per arm.
+    #[arg(long, default_value_t = 20)]
+    pub max_reps: usize,
     /// Length of one repetition's load run.
     #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     pub rep_duration: Duration,
@@ -428,7 +466,7 @@ pub struct ExperimentArgs {
     /// Minimum meaningful change in percent (default: the A/A floor).
     #[arg(long)]
     pub min_change: Option<f64>,
-    /// Result JSON (schema correlator.experiment/v1).
+    /// Result JSON (schema correlator.experiment/v2).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
     /// HTML with a per-repetition dot plot.

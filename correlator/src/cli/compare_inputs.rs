@@ -103,7 +103,10 @@ fn from_file(path: &Path, arm: Option<Arm>, metric: Metric) -> Result<SampleSet>
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     match schema(&text).as_deref() {
-        Some(experiment::SCHEMA) => from_experiment(path, &text, arm.unwrap_or(Arm::A), metric),
+        // v1 (before the design was recorded) has the same repetitions.
+        Some(experiment::SCHEMA | experiment::SCHEMA_V1) => {
+            from_experiment(path, &text, arm.unwrap_or(Arm::A), metric)
+        }
         Some(report::SCHEMA | runfile::SCHEMA) => bail!(
             "{}: one run is one value; put each side's runs in a directory and pass the directories",
             path.display()

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::args::{ExperimentArgs, LoadSpec, Op, RepOrder};
+use super::args::{ExperimentArgs, LoadSpec, Op, RepOrder, RepsArg};
 use crate::experiment::{self, knobs::Knob};
 
 pub fn run(args: &ExperimentArgs) -> Result<ExitCode> {
@@ -42,7 +42,10 @@ pub fn run(args: &ExperimentArgs) -> Result<ExitCode> {
         pid,
         load,
         knob,
-        reps: args.reps,
+        reps: match args.reps {
+            RepsArg::Fixed(n) => experiment::Reps::Fixed(n),
+            RepsArg::Auto => experiment::Reps::Auto { max: args.max_reps },
+        },
         random_order: matches!(args.order, RepOrder::Random).then_some(args.seed),
         alpha: args.alpha,
         min_change_pct: args.min_change,
@@ -53,17 +56,26 @@ pub fn run(args: &ExperimentArgs) -> Result<ExitCode> {
             ..crate::probes::ProbeConfig::default()
         },
     };
-    let result = experiment::run(&opts, |i, rep| {
-        eprintln!(
-            "  rep {:>2} {:?}: {} samples, p50 {}, p99 {}, p99.9 {}",
-            i + 1,
-            rep.arm,
-            rep.count,
-            rep.p50_ns.map_or("-".into(), crate::latency::fmt_ns),
-            rep.p99_ns.map_or("-".into(), crate::latency::fmt_ns),
-            rep.p999_ns.map_or("-".into(), crate::latency::fmt_ns)
-        );
-    })?;
+    print_plan(&opts);
+    let result = experiment::run(
+        &opts,
+        |i, rep| {
+            eprintln!(
+                "  rep {:>2} {:?}: {} samples, p50 {}, p99 {}, p99.9 {}",
+                i + 1,
+                rep.arm,
+                rep.count,
+                rep.p50_ns.map_or("-".into(), crate::latency::fmt_ns),
+                rep.p99_ns.map_or("-".into(), crate::latency::fmt_ns),
+                rep.p999_ns.map_or("-".into(), crate::latency::fmt_ns)
+            );
+        },
+        |look, design| {
+            if design.looks.len() > 1 {
+                eprintln!("{}", experiment::look_line(look));
+            }
+        },
+    )?;
     print!("{}", experiment::text(&result));
     if let Some(p) = &args.out {
         std::fs::write(p, serde_json::to_string_pretty(&result)?)?;
@@ -72,4 +84,24 @@ pub fn run(args: &ExperimentArgs) -> Result<ExitCode> {
         std::fs::write(p, experiment::html(&result))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the experiment will do and how long it can take, before it starts.
+fn print_plan(opts: &experiment::ExperimentOptions) {
+    let per_rep = opts.load.duration + opts.load.warmup;
+    let (what, most) = match opts.reps {
+        experiment::Reps::Fixed(n) => (format!("{n} repetitions per arm"), n),
+        experiment::Reps::Auto { max } => (
+            format!(
+                "repetitions added {} per arm at a time until the answer is clear, at most {max} per arm (group-sequential design, α spent over the looks)",
+                experiment::LOOK_EVERY
+            ),
+            max,
+        ),
+    };
+    eprintln!(
+        "plan: {what}; each {:.1} s; at most {:.0} s in all",
+        per_rep.as_secs_f64(),
+        (per_rep * 2 * most as u32).as_secs_f64()
+    );
 }

@@ -48,6 +48,25 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         ),
     };
     let report = crate::report::Report::build(&run, &latency, &args.outputs.analysis());
+    if args.plan {
+        let url = latency
+            .source
+            .rsplit(' ')
+            .next()
+            .filter(|u| u.contains("://"))
+            .unwrap_or("URL");
+        let rate = latency
+            .phases
+            .first()
+            .and_then(|p| p.rate)
+            .unwrap_or(1000.0);
+        let plans = crate::confirm::plan(&report, run.target.pid);
+        print!(
+            "{}",
+            crate::confirm::plan_text(&plans, run.target.pid, url, rate)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let out = args.outputs.outputs(None);
     crate::run::write_outputs(&run, &report, &out)?;
     crate::run::print_summary(&report, &out);

@@ -20,6 +20,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     if load.cpus.is_none() {
         load.cpus = crate::run::cpus_away_from(args.pid);
     }
+    let confirm_load = load.clone();
     let opts = crate::run::RunOptions {
         pid: args.pid,
         load,
@@ -28,7 +29,37 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         outputs: out.clone(),
         progress: !args.quiet && std::io::stderr().is_terminal(),
     };
-    let (_, report) = crate::run::run(opts)?;
+    let (run, mut report) = crate::run::run(opts)?;
+    if let Some(n) = args.confirm {
+        crate::run::print_summary(&report, &out);
+        println!();
+        report.confirmation = crate::confirm::run(
+            &report,
+            args.pid,
+            &confirm_load,
+            n,
+            &args.allow_stop,
+            &args.state_file,
+            |line| eprintln!("{line}"),
+        )?;
+        // The report's views again, now with the confirmations.
+        let views = crate::run::Outputs {
+            json: out.json.clone(),
+            html: out.html.clone(),
+            ..Default::default()
+        };
+        crate::run::write_outputs(&run, &report, &views)?;
+        println!("CONFIRMATION");
+        print!("{}", crate::confirm::text(&report.confirmation));
+        if let Some(h) = report
+            .confirmation
+            .iter()
+            .find_map(crate::confirm::headline)
+        {
+            println!("{h}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     crate::run::print_summary(&report, &out);
     Ok(ExitCode::SUCCESS)
 }

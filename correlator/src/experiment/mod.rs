@@ -37,8 +37,11 @@ use crate::{
     target::Target,
 };
 use knobs::{Knob, Saved};
+use stats::sequential::Design;
 
-pub const SCHEMA: &str = "correlator.experiment/v1";
+pub const SCHEMA: &str = "correlator.experiment/v2";
+/// The previous schema: the same repetitions, without the design.
+pub const SCHEMA_V1: &str = "correlator.experiment/v1";
 
 /// Set by SIGINT / SIGTERM: finish the repetition, restore, stop.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -66,8 +69,8 @@ pub struct ExperimentOptions {
     /// One phase: the repetition's rate, length and warm-up.
     pub load: LoadOptions,
     pub knob: Knob,
-    /// Repetitions per arm.
-    pub reps: usize,
+    /// Repetitions per arm: fixed, or added until the answer is clear.
+    pub reps: Reps,
     /// None: interleaved ABAB…; Some(seed): random order.
     pub random_order: Option<u64>,
     pub alpha: f64,
@@ -77,6 +80,40 @@ pub struct ExperimentOptions {
     pub seed: u64,
     /// What probes=off detaches (the event probes, plus any passive source).
     pub probes: ProbeConfig,
+}
+
+/// How many repetitions an experiment runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reps {
+    /// Exactly this many per arm, judged once at the end.
+    Fixed(usize),
+    /// Looks after every [`LOOK_EVERY`] repetitions per arm, up to `max`,
+    /// with a group-sequential design: stops as soon as a boundary is
+    /// crossed or the CIs rule out a meaningful change.
+    Auto { max: usize },
+}
+
+/// Repetitions per arm between two looks of `--reps auto`.
+pub const LOOK_EVERY: usize = 5;
+
+/// Percentiles every experiment tests (Bonferroni over all three).
+const PERCENTILES: usize = 3;
+
+impl Reps {
+    /// The design: looks and their boundaries at α (Bonferroni across
+    /// the percentiles).
+    pub fn design(self, alpha: f64) -> Design {
+        let alpha = stats::bonferroni(alpha, PERCENTILES);
+        match self {
+            Reps::Fixed(n) => Design::fixed(n, alpha),
+            Reps::Auto { max } => {
+                let looks: Vec<usize> = (1..=max.div_ceil(LOOK_EVERY))
+                    .map(|k| k * LOOK_EVERY)
+                    .collect();
+                Design::obrien_fleming(&looks, alpha)
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -107,7 +144,53 @@ pub struct Test {
     pub aa_ci_low_pct: f64,
     pub aa_ci_high_pct: f64,
     pub min_change_pct: f64,
+    /// Smallest change (either way, percent) the whole design detects with
+    /// 80% power at its α, from the spread of the A repetitions.
+    pub detectable_change_pct: f64,
+    /// Non-finite bootstrap resamples (left out of the CI).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub bootstrap_non_finite: usize,
     pub verdict: String,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// Why an experiment stopped adding repetitions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// The fixed number of repetitions ran.
+    Fixed,
+    /// Every percentile answered, at least one with a meaningful change
+    /// across its boundary (the others: CIs within ± the minimum change).
+    Significant,
+    /// Every CI lies within ± the minimum meaningful change.
+    NoMeaningfulChange,
+    /// The maximum number of repetitions ran.
+    MaxReps,
+}
+
+/// The design as run: looks, boundaries, where it stopped and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct DesignReport {
+    /// "fixed" or "group-sequential (O'Brien-Fleming-type α spending)".
+    pub kind: String,
+    #[serde(flatten)]
+    pub design: Design,
+    /// Repetitions per arm when it stopped.
+    pub stopped_after: usize,
+    pub stop: Stop,
+}
+
+/// One look at the data: the tests at its boundary and whether to stop.
+#[derive(Clone, Debug)]
+pub struct Look {
+    pub reps_per_arm: usize,
+    pub tests: Vec<Test>,
+    pub stop: Option<Stop>,
+    pub notes: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -120,6 +203,7 @@ pub struct ExperimentResult {
     pub rep_duration_s: f64,
     pub reps: Vec<Rep>,
     pub tests: Vec<Test>,
+    pub design: DesignReport,
     pub environment: crate::runfile::Environment,
     pub notes: Vec<String>,
 }
@@ -172,8 +256,12 @@ fn apply_knob<'a>(opts: &'a ExperimentOptions, target: &Target) -> Result<Applie
         knob: opts.knob.describe(),
         saved: saved.clone(),
     };
-    std::fs::write(&opts.state_file, serde_json::to_string_pretty(&state)?)
-        .with_context(|| format!("cannot write the state file {}", opts.state_file.display()))?;
+    write_durable(
+        &opts.state_file,
+        serde_json::to_string_pretty(&state)?.as_bytes(),
+    )
+    .with_context(|| format!("cannot write the state file {}", opts.state_file.display()))?;
+    failpoint("after-state-write");
     let changed = knobs::change(&opts.knob, &saved);
     let mut guard = Applied {
         saved: Some(saved),
@@ -186,6 +274,36 @@ fn apply_knob<'a>(opts: &'a ExperimentOptions, target: &Target) -> Result<Applie
         return Err(e);
     }
     Ok(guard)
+}
+
+/// Writes `bytes` to `path` so that they survive a crash or power loss
+/// before the caller goes on: a temporary file beside it, fsync, rename
+/// over, fsync of the directory (the rename itself is only durable then).
+fn write_durable(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write as _;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(&dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Fault injection for the crash-safety tests: with
+/// `CORRELATOR_FAILPOINT=NAME` the process dies (abort, like a SIGKILL:
+/// no destructor runs) when it reaches the point `NAME`.
+fn failpoint(name: &str) {
+    if std::env::var("CORRELATOR_FAILPOINT").is_ok_and(|v| v == name) {
+        eprintln!("correlator: failpoint {name}: aborting");
+        std::process::abort();
+    }
 }
 
 /// Undoes a killed experiment from its state file.
@@ -254,62 +372,103 @@ fn one_rep(opts: &ExperimentOptions, arm: Arm, target: &Target) -> Result<Rep> {
     })
 }
 
-/// Runs the experiment.
+/// Runs the experiment: repetitions up to each look of the design, a look
+/// (reported through `on_look`), and on until a look says stop.
 pub fn run(
     opts: &ExperimentOptions,
     mut each: impl FnMut(usize, &Rep),
+    mut on_look: impl FnMut(&Look, &Design),
 ) -> Result<ExperimentResult> {
     let target = Target::from_pid(opts.pid)?;
-    if opts.reps < 2 {
+    let first_look = match opts.reps {
+        Reps::Fixed(n) => n,
+        Reps::Auto { max } => max.min(LOOK_EVERY * 2),
+    };
+    if first_look < 2 {
         bail!("--reps must be at least 2 per arm (≥ 9 for the U test to have power; 20 is better)");
+    }
+    if let Reps::Auto { max } = opts.reps
+        && max < 2 * LOOK_EVERY
+    {
+        bail!(
+            "--max-reps must be at least {} with --reps auto (looks every {LOOK_EVERY})",
+            2 * LOOK_EVERY
+        );
     }
     // Before any setting changes: a bad load option or a dead server.
     loadgen::check(&opts.load)?;
+    let design = opts.reps.design(opts.alpha);
     install_signal_handlers();
-    let mut reps = Vec::new();
-    for (i, arm) in order(opts.reps, opts.random_order).into_iter().enumerate() {
-        if INTERRUPTED.load(Ordering::Relaxed) {
-            bail!("interrupted after {i} repetitions; settings restored");
-        }
-        if !target.is_alive() {
-            bail!("the target exited after {i} repetitions; settings restored");
-        }
-        let rep = if arm == Arm::B {
-            let mut applied = apply_knob(opts, &target)?;
-            let rep = one_rep(opts, arm, &target);
-            applied.restore()?;
-            rep
-        } else {
-            one_rep(opts, arm, &target)
-        };
-        // A target that dies mid-repetition shows up first as the load's
-        // error (connection refused or reset): name the cause, not the symptom.
-        let rep = rep.map_err(|e| {
-            if target.is_alive() {
-                e
-            } else {
-                anyhow::anyhow!(
-                    "the target exited during repetition {}; settings restored ({e:#})",
-                    i + 1
-                )
+    let mut reps: Vec<Rep> = Vec::new();
+    let mut last: Option<Look> = None;
+    for (k, &n) in design.looks.iter().enumerate() {
+        let block = order(n - reps.len() / 2, opts.random_order.map(|s| s ^ k as u64));
+        for arm in block {
+            let i = reps.len();
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                bail!("interrupted after {i} repetitions; settings restored");
             }
-        })?;
-        each(i, &rep);
-        reps.push(rep);
+            if !target.is_alive() {
+                bail!("the target exited after {i} repetitions; settings restored");
+            }
+            let rep = if arm == Arm::B {
+                let mut applied = apply_knob(opts, &target)?;
+                let rep = one_rep(opts, arm, &target);
+                applied.restore()?;
+                rep
+            } else {
+                one_rep(opts, arm, &target)
+            };
+            // A target that dies mid-repetition shows up first as the load's
+            // error (connection refused or reset): name the cause, not the symptom.
+            let rep = rep.map_err(|e| {
+                if target.is_alive() {
+                    e
+                } else {
+                    anyhow::anyhow!(
+                        "the target exited during repetition {}; settings restored ({e:#})",
+                        i + 1
+                    )
+                }
+            })?;
+            each(i, &rep);
+            reps.push(rep);
+        }
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            bail!("interrupted; settings restored");
+        }
+        let look = judge_look(&reps, &design, k, opts.min_change_pct, opts.seed);
+        on_look(&look, &design);
+        let stop = look.stop.is_some();
+        last = Some(look);
+        if stop {
+            break;
+        }
     }
-    if INTERRUPTED.load(Ordering::Relaxed) {
-        bail!("interrupted; settings restored");
-    }
-    Ok(judge(opts, target, reps))
+    let look = last.ok_or_else(|| anyhow::anyhow!("the design has no looks"))?;
+    Ok(result(opts, target, reps, design, look))
 }
 
-fn judge(opts: &ExperimentOptions, target: Target, reps: Vec<Rep>) -> ExperimentResult {
-    type Pick = fn(&Rep) -> Option<u64>;
-    let picks: [(f64, Pick); 3] = [
-        (50.0, |r| r.p50_ns),
-        (99.0, |r| r.p99_ns),
-        (99.9, |r| r.p999_ns),
-    ];
+type Pick = fn(&Rep) -> Option<u64>;
+
+const PICKS: [(f64, Pick); PERCENTILES] = [
+    (50.0, |r| r.p50_ns),
+    (99.0, |r| r.p99_ns),
+    (99.9, |r| r.p999_ns),
+];
+
+/// The tests at look `k` of `design` over the repetitions so far, and
+/// whether to stop: a meaningful significant change, every CI within ±
+/// the minimum meaningful change, or the last look. Pure, so simulations
+/// of the whole procedure run this very code.
+pub fn judge_look(
+    reps: &[Rep],
+    design: &Design,
+    k: usize,
+    min_change_pct: Option<f64>,
+    seed: u64,
+) -> Look {
+    let n = reps.len() / 2;
     let mut notes = Vec::new();
     let values = |arm: Arm, pick: Pick| -> Vec<f64> {
         reps.iter()
@@ -318,66 +477,124 @@ fn judge(opts: &ExperimentOptions, target: Target, reps: Vec<Rep>) -> Experiment
             .map(|v| v as f64)
             .collect()
     };
-    let testable: Vec<(f64, Pick)> = picks
-        .into_iter()
-        .filter(|(p, pick)| {
-            let (a, b) = (values(Arm::A, *pick), values(Arm::B, *pick));
-            let ok = a.len() >= 4 && b.len() >= 2 && a.len() == opts.reps && b.len() == opts.reps;
-            if !ok {
-                notes.push(format!(
-                    "p{p} not tested: some repetitions had fewer than 10 samples above it (lengthen --rep-duration or raise --rate)"
-                ));
-            }
-            ok
-        })
-        .collect();
-    let alpha = stats::bonferroni(opts.alpha, testable.len());
-    let tests = testable
-        .iter()
-        .map(|&(p, pick)| {
-            let (a, b) = (values(Arm::A, pick), values(Arm::B, pick));
-            let mw = stats::mann_whitney(&a, &b);
-            let ci = stats::bootstrap_change(&a, &b, 10_000, opts.seed);
-            // A/A: the A repetitions in two interleaved halves.
-            let a1: Vec<f64> = a.iter().copied().step_by(2).collect();
-            let a2: Vec<f64> = a.iter().copied().skip(1).step_by(2).collect();
-            let aa = stats::bootstrap_change(&a1, &a2, 10_000, opts.seed ^ 0xaa);
-            let floor = aa.ci_low_pct.abs().max(aa.ci_high_pct.abs());
-            let min_change = opts.min_change_pct.unwrap_or(floor);
-            Test {
-                percentile: p,
-                n_a: a.len(),
-                n_b: b.len(),
-                median_a_ns: stats::median(&a),
-                median_b_ns: stats::median(&b),
-                u: mw.u,
-                p_value: mw.p_value,
-                alpha,
-                change_pct: ci.change_pct,
-                ci_low_pct: ci.ci_low_pct,
-                ci_high_pct: ci.ci_high_pct,
-                aa_change_pct: aa.change_pct,
-                aa_ci_low_pct: aa.ci_low_pct,
-                aa_ci_high_pct: aa.ci_high_pct,
-                min_change_pct: min_change,
-                verdict: stats::verdict(mw.p_value, alpha, &ci, min_change),
-            }
-        })
-        .collect();
-    if opts.reps < 9 {
+    let alpha = design.nominal_p[k];
+    let mut tests = Vec::new();
+    for (p, pick) in PICKS {
+        let (a, b) = (values(Arm::A, pick), values(Arm::B, pick));
+        if a.len() < 4 || a.len() != n || b.len() != n {
+            notes.push(format!(
+                "p{p} not tested: some repetitions had fewer than 10 samples above it (lengthen --rep-duration or raise --rate)"
+            ));
+            continue;
+        }
+        let mw = stats::mann_whitney(&a, &b);
+        let ci = stats::bootstrap_change(&a, &b, 10_000, seed);
+        // A/A: the A repetitions in two interleaved halves.
+        let a1: Vec<f64> = a.iter().copied().step_by(2).collect();
+        let a2: Vec<f64> = a.iter().copied().skip(1).step_by(2).collect();
+        let aa = stats::bootstrap_change(&a1, &a2, 10_000, seed ^ 0xaa);
+        // The noise floor, as the measurement rules define it: measure the
+        // same thing twice (the two halves of A) and take the difference.
+        // The widest end of that difference's CI, used before, is a bound
+        // far above it on a heavy-tailed baseline: a CPU hog's p99 swings
+        // so much between repetitions that it read 115% and hid a −54%
+        // change with p = 7e-8.
+        let floor = aa.change_pct.abs();
+        let min_change = min_change_pct.unwrap_or(floor);
+        let spread = stats::sequential::relative_spread(&a);
+        tests.push(Test {
+            percentile: p,
+            n_a: a.len(),
+            n_b: b.len(),
+            median_a_ns: stats::median(&a),
+            median_b_ns: stats::median(&b),
+            u: mw.u,
+            p_value: mw.p_value,
+            alpha,
+            change_pct: ci.change_pct,
+            ci_low_pct: ci.ci_low_pct,
+            ci_high_pct: ci.ci_high_pct,
+            aa_change_pct: aa.change_pct,
+            aa_ci_low_pct: aa.ci_low_pct,
+            aa_ci_high_pct: aa.ci_high_pct,
+            min_change_pct: min_change,
+            detectable_change_pct: design.detectable_change_pct(spread),
+            bootstrap_non_finite: ci.non_finite + aa.non_finite,
+            verdict: stats::verdict(mw.p_value, alpha, &ci, min_change),
+        });
+    }
+    // Stop once every percentile has its answer: a claimed change, or a
+    // CI inside ± the minimum meaningful change. Stopping at the first
+    // percentile to cross (p50 is the least noisy) would cut the tail's
+    // percentiles short of the power the design promises them.
+    // "Settled": neither end of the CI is a meaningful change (judged as
+    // ratios, like every minimum-change comparison: with a noisy A/A floor
+    // of 400%, a CI of −99%..−20% is not "within ± the floor").
+    let settled = |t: &Test| {
+        !stats::meaningful(t.ci_low_pct, t.min_change_pct)
+            && !stats::meaningful(t.ci_high_pct, t.min_change_pct)
+    };
+    let answered = !tests.is_empty() && tests.iter().all(|t| is_significant(t) || settled(t));
+    let stop = if design.looks.len() == 1 {
+        Some(Stop::Fixed)
+    } else if answered && tests.iter().any(is_significant) {
+        Some(Stop::Significant)
+    } else if answered {
+        Some(Stop::NoMeaningfulChange)
+    } else if k + 1 == design.looks.len() {
+        Some(Stop::MaxReps)
+    } else {
+        None
+    };
+    Look {
+        reps_per_arm: n,
+        tests,
+        stop,
+        notes,
+    }
+}
+
+/// A claimed change: below the look's boundary, meaningful, CI excluding 0.
+pub fn is_significant(t: &Test) -> bool {
+    t.verdict.starts_with("improvement") || t.verdict.starts_with("regression")
+}
+
+fn result(
+    opts: &ExperimentOptions,
+    target: Target,
+    reps: Vec<Rep>,
+    design: Design,
+    look: Look,
+) -> ExperimentResult {
+    let mut notes = look.notes;
+    let n = look.reps_per_arm;
+    if n < 9 {
         notes.push(format!(
-            "{} repetitions per arm: below 9 the U test has little power",
-            opts.reps
+            "{n} repetitions per arm: below 9 the U test has little power"
         ));
     }
     if opts.min_change_pct.is_none() {
-        notes.push("minimum meaningful change = the A/A floor (widest end of the A/A 95% CI), per percentile".into());
+        notes.push("minimum meaningful change = the A/A floor (the change between the two halves of the A repetitions: the same thing measured twice), per percentile".into());
     }
+    notes.push(format!(
+        "α {} split over {PERCENTILES} percentiles (Bonferroni){}",
+        opts.alpha,
+        if design.looks.len() > 1 {
+            " and spent over the looks (O'Brien-Fleming-type): each look's boundary is its nominal p"
+        } else {
+            ""
+        }
+    ));
     let knob = match (&opts.knob, &opts.probes.passive) {
         (Knob::ProbesOff, Some(source)) => {
             format!("{} (with {})", opts.knob.describe(), source.describe())
         }
         _ => opts.knob.describe(),
+    };
+    let kind = if design.looks.len() > 1 {
+        "group-sequential (O'Brien-Fleming-type α spending)"
+    } else {
+        "fixed"
     };
     ExperimentResult {
         schema: SCHEMA,
@@ -387,9 +604,55 @@ fn judge(opts: &ExperimentOptions, target: Target, reps: Vec<Rep>) -> Experiment
         rate: opts.load.rates.first().copied().unwrap_or(0.0),
         rep_duration_s: opts.load.duration.as_secs_f64(),
         reps,
-        tests,
+        tests: look.tests,
+        design: DesignReport {
+            kind: kind.into(),
+            design,
+            stopped_after: n,
+            stop: look.stop.unwrap_or(Stop::MaxReps),
+        },
         environment: crate::runfile::Environment::current(),
         notes,
+    }
+}
+
+/// One line per look of `--reps auto`: where the tests stand.
+pub fn look_line(look: &Look) -> String {
+    let tests: Vec<String> = look
+        .tests
+        .iter()
+        .map(|t| {
+            format!(
+                "p{} {:+.1}% [{:+.1}%, {:+.1}%] p = {:.1e} (bound {:.1e}), detects ≥ {:.0}%",
+                t.percentile,
+                t.change_pct,
+                t.ci_low_pct,
+                t.ci_high_pct,
+                t.p_value,
+                t.alpha,
+                t.detectable_change_pct
+            )
+        })
+        .collect();
+    let next = match look.stop {
+        None => "continuing".to_string(),
+        Some(s) => format!("stop: {}", stop_words(s)),
+    };
+    format!(
+        "  look at {} per arm: {}; {next}",
+        look.reps_per_arm,
+        tests.join("; ")
+    )
+}
+
+fn stop_words(s: Stop) -> &'static str {
+    match s {
+        Stop::Fixed => "the fixed repetitions ran",
+        Stop::Significant => {
+            "every percentile answered, with a meaningful change across its boundary"
+        }
+        Stop::NoMeaningfulChange => "no CI reaches the minimum meaningful change either way",
+        Stop::MaxReps => "the maximum repetitions ran",
     }
 }
 
@@ -399,18 +662,20 @@ pub fn text(r: &ExperimentResult) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "experiment on PID {} ({}): B = {}; {} repetitions per arm of {:.1} s at {:.0} req/s",
+        "experiment on PID {} ({}): B = {}; {} repetitions per arm of {:.1} s at {:.0} req/s ({} design; {})",
         r.target.pid,
         r.target.comm,
         r.knob,
-        r.reps.len() / 2,
+        r.design.stopped_after,
         r.rep_duration_s,
-        r.rate
+        r.rate,
+        r.design.kind,
+        stop_words(r.design.stop)
     );
     for t in &r.tests {
         let _ = writeln!(
             out,
-            "  p{:<5} A median {:>10}  B median {:>10}  U {:>6.1}  p = {:.2e} (α {:.4})  change {:+.1}% [{:+.1}%, {:+.1}%]  A/A [{:+.1}%, {:+.1}%]\n         → {}",
+            "  p{:<5} A median {:>10}  B median {:>10}  U {:>6.1}  p = {:.2e} (α {:.4})  change {:+.1}% [{:+.1}%, {:+.1}%]  A/A [{:+.1}%, {:+.1}%]\n         → {}\n         power: this design detects a change of ≥ {:.1}% with {:.0}% power (smaller changes may go unseen)",
             t.percentile,
             fmt_ns(t.median_a_ns as u64),
             fmt_ns(t.median_b_ns as u64),
@@ -422,7 +687,9 @@ pub fn text(r: &ExperimentResult) -> String {
             t.ci_high_pct,
             t.aa_ci_low_pct,
             t.aa_ci_high_pct,
-            t.verdict
+            t.verdict,
+            t.detectable_change_pct,
+            r.design.design.power * 100.0
         );
     }
     for n in &r.notes {
@@ -514,7 +781,7 @@ mod tests {
                 cpus: None,
             },
             knob,
-            reps: 2,
+            reps: Reps::Fixed(2),
             random_order: None,
             alpha: 0.05,
             min_change_pct: None,
@@ -584,5 +851,94 @@ mod tests {
         assert!(reverted.exists(), "a failed change is put back");
         assert!(!state.exists(), "and leaves no state file");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Synthetic repetitions: per-rep p50/p99/p99.9 normal around 100 µs,
+    /// 1 ms, 3 ms with a 10/15/20% spread; B scaled by `factor`.
+    fn simulate(design: &Design, factor: f64, seed: u64) -> (Look, usize) {
+        let mut rng = stats::Rng::new(seed);
+        let mut normal = move |mean: f64, cv: f64| {
+            let u1 = rng.unit().max(1e-300);
+            let u2 = rng.unit();
+            let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+            (mean * (1.0 + cv * z)).max(1.0) as u64
+        };
+        let mut reps = Vec::new();
+        for k in 0..design.looks.len() {
+            while reps.len() / 2 < design.looks[k] {
+                for (arm, f) in [(Arm::A, 1.0), (Arm::B, factor)] {
+                    reps.push(Rep {
+                        arm,
+                        count: 10_000,
+                        p50_ns: Some((normal(100_000.0, 0.10) as f64 * f) as u64),
+                        p99_ns: Some((normal(1_000_000.0, 0.15) as f64 * f) as u64),
+                        p999_ns: Some((normal(3_000_000.0, 0.20) as f64 * f) as u64),
+                    });
+                }
+            }
+            let look = judge_look(&reps, design, k, Some(0.0), seed);
+            if look.stop.is_some() {
+                return (look, k);
+            }
+        }
+        unreachable!("the last look always stops")
+    }
+
+    /// 200 simulated A/A experiments with `--reps auto` (looks at 5, 10,
+    /// 15, 20 per arm, stopping at the first significant look): the
+    /// false-positive rate stays at α = 5%, where testing at α at every
+    /// look would reach about 13% (Armitage's classic result for 4 looks).
+    #[test]
+    fn sequential_aa_experiments_keep_the_false_positive_rate() {
+        let design = Reps::Auto { max: 20 }.design(0.05);
+        let runs = 200;
+        let false_positives = (0..runs)
+            .filter(|&i| {
+                let (look, _) = simulate(&design, 1.0, 1000 + i);
+                look.tests.iter().any(is_significant)
+            })
+            .count();
+        let rate = false_positives as f64 / runs as f64;
+        eprintln!("A/A false positives with --reps auto: {false_positives}/{runs}");
+        assert!(rate <= 0.06, "false-positive rate {rate}");
+    }
+
+    /// The power line tells the truth: at the change it says the design
+    /// detects with 80% power (for the spread the repetitions have), 200
+    /// simulated experiments detect it 80% ± 10 points of the time, and
+    /// the line each experiment prints (from its own A repetitions) is
+    /// near that change.
+    #[test]
+    fn the_stated_detectable_change_is_detected_at_the_stated_power() {
+        for reps in [Reps::Fixed(12), Reps::Auto { max: 20 }] {
+            let design = reps.design(0.05);
+            // p99's spread is 15%: the change the design claims to see.
+            let change = design.detectable_change_pct(0.15);
+            let runs = 200;
+            let mut stated = Vec::new();
+            let detected = (0..runs)
+                .filter(|&i| {
+                    let (look, _) = simulate(&design, 1.0 - change / 100.0, 5000 + i);
+                    let Some(t) = look.tests.iter().find(|t| t.percentile == 99.0) else {
+                        return false;
+                    };
+                    stated.push(t.detectable_change_pct);
+                    is_significant(t)
+                })
+                .count();
+            let power = detected as f64 / runs as f64;
+            let typical = stats::median(&stated);
+            eprintln!(
+                "{reps:?}: change {change:.1}%: detected {detected}/{runs}; stated median {typical:.1}%"
+            );
+            assert!(
+                (power - 0.8).abs() <= 0.10,
+                "{reps:?}: power {power} at {change:.1}%"
+            );
+            assert!(
+                (typical / change - 1.0).abs() < 0.2,
+                "{reps:?}: stated {typical:.1}% vs {change:.1}%"
+            );
+        }
     }
 }

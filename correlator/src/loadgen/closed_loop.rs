@@ -87,7 +87,10 @@ fn closed_loop_worker(shared: &Shared, conn: &Conn, windows: &[(u64, u64)]) {
                 phase: phase as u32,
             };
             match exchange(s, &opts.target.protocol, &request, &mut buf, sent, timeout) {
-                Exchange::Answered { ok, done } => {
+                Exchange::Answered { ok, done, closed } => {
+                    if closed {
+                        stream = None;
+                    }
                     times.done_ns = done;
                     if times.service() >= SLOW_NS {
                         shared.slow.fetch_add(1, Ordering::Relaxed);
@@ -126,12 +129,27 @@ fn exchange(
             buf.resize(buf.len() * 2, 0);
         }
         match s.read(&mut buf[len..]) {
-            Ok(0) => return Exchange::Failed,
+            Ok(0) => {
+                return match protocol.parse_at_eof(&buf[..len]) {
+                    Some(r) => Exchange::Answered {
+                        ok: r.ok,
+                        done: clock::monotonic_ns(),
+                        closed: true,
+                    },
+                    None => Exchange::Failed,
+                };
+            }
             Ok(n) => {
                 len += n;
                 let done = clock::monotonic_ns();
                 match protocol.parse(&buf[..len]) {
-                    Ok(Some(r)) => return Exchange::Answered { ok: r.ok, done },
+                    Ok(Some(r)) => {
+                        return Exchange::Answered {
+                            ok: r.ok,
+                            done,
+                            closed: false,
+                        };
+                    }
                     Ok(None) => {}
                     Err(_) => return Exchange::Failed,
                 }
@@ -153,7 +171,12 @@ fn exchange(
 
 /// How one closed-loop request ended.
 enum Exchange {
-    Answered { ok: bool, done: u64 },
+    /// `closed`: the server closed the connection to end the response.
+    Answered {
+        ok: bool,
+        done: u64,
+        closed: bool,
+    },
     TimedOut,
     Failed,
 }

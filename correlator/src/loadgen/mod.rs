@@ -114,6 +114,11 @@ pub struct LoadResult {
     pub cpu_ns: u64,
     /// --rt-pacer was asked for but refused.
     pub rt_refused: bool,
+    /// Cancelled (Ctrl-C, SIGTERM, a caller): sending stopped here, and
+    /// `end_ns` and the phase windows end here too.
+    pub interrupted_ns: Option<u64>,
+    /// The run as planned (phases × duration), for "stopped after X of Y".
+    pub planned_ns: u64,
 }
 
 /// A load run as the latency the analysis reads: the measured windows
@@ -125,7 +130,8 @@ impl From<&LoadResult> for LatencyCapture {
             .phase_windows
             .iter()
             .zip(&r.opts.rates)
-            .map(|(&(s, e), &rate)| (s + warmup, e, Some(rate)))
+            // An interrupted run's last windows can end inside the warm-up.
+            .map(|(&(s, e), &rate)| ((s + warmup).min(e), e, Some(rate)))
             .collect();
         let mode = if r.opts.closed_loop {
             "closed-loop"
@@ -277,6 +283,26 @@ pub fn run(opts: LoadOptions, progress: Option<Progress>) -> Result<LoadResult> 
     let cpu_ns = process_cpu_ns() - cpu_start;
     let shared =
         Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("load threads still running"))?;
+    let planned_ns = end_ns - start_ns;
+    let (mut end_ns, mut phase_windows) = (end_ns, phase_windows);
+    let interrupted_ns = shared.opts.cancel.load(Ordering::Relaxed).then(|| {
+        // Sending stopped just after the last send: the windows end there,
+        // so rates and durations describe the time that was measured.
+        let recorder = lock(&shared.recorder);
+        let last = recorder
+            .phases
+            .iter()
+            .map(|p| p.last_sent_ns)
+            .max()
+            .unwrap_or(0);
+        last.max(start_ns) + 1
+    });
+    if let Some(stop) = interrupted_ns.filter(|&s| s < end_ns) {
+        end_ns = stop;
+        for w in &mut phase_windows {
+            *w = (w.0.min(stop), w.1.min(stop));
+        }
+    }
     let rt_refused = shared.rt_refused.load(Ordering::Relaxed);
     let recorder = shared
         .recorder
@@ -291,6 +317,8 @@ pub fn run(opts: LoadOptions, progress: Option<Progress>) -> Result<LoadResult> 
         clock_read_ns,
         cpu_ns,
         rt_refused,
+        interrupted_ns,
+        planned_ns,
     })
 }
 

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use super::protocol::Protocol;
+use super::protocol::{Protocol, Response};
 use super::{
     Conn, InFlight, Progress, SLOW_NS, Shared, connect, generator_thread, lock, make_realtime,
     open_connections, sleep_until,
@@ -169,7 +169,14 @@ pub(super) fn reader(shared: &Shared, conn: &Conn) {
             buf.resize(buf.len() * 2, 0);
         }
         let broken = match s.read(&mut buf[len..]) {
-            Ok(0) => true,
+            Ok(0) => {
+                // A response delimited by the close (HTTP without length)
+                // is complete now; the connection is gone either way.
+                if let Some(resp) = protocol.parse_at_eof(&buf[..len]) {
+                    answer(shared, conn, resp, clock::monotonic_ns());
+                }
+                true
+            }
             Ok(n) => {
                 len += n;
                 let done = clock::monotonic_ns();
@@ -215,17 +222,9 @@ pub(super) fn consume(
     loop {
         match protocol.parse(&buf[used..]) {
             Ok(Some(resp)) => {
-                let Some(mut req) = lock(&conn.inflight).pop_front() else {
-                    // A response nobody asked for: the stream is out of step.
-                    lock(&shared.recorder).failed(0);
+                if !answer(shared, conn, resp, done) {
                     return Err(());
-                };
-                req.times.done_ns = done;
-                if req.times.corrected() >= SLOW_NS {
-                    shared.slow.fetch_add(1, Ordering::Relaxed);
                 }
-                lock(&shared.recorder).answered(req.times, req.measured, resp.ok);
-                shared.completed.fetch_add(1, Ordering::Relaxed);
                 used += resp.len;
             }
             Ok(None) => return Ok(used),
@@ -238,6 +237,22 @@ pub(super) fn consume(
             }
         }
     }
+}
+
+/// Records `resp` as the answer to the oldest request in flight; false
+/// when nothing was in flight (the stream is out of step).
+fn answer(shared: &Shared, conn: &Conn, resp: Response, done: u64) -> bool {
+    let Some(mut req) = lock(&conn.inflight).pop_front() else {
+        lock(&shared.recorder).failed(0);
+        return false;
+    };
+    req.times.done_ns = done;
+    if req.times.corrected() >= SLOW_NS {
+        shared.slow.fetch_add(1, Ordering::Relaxed);
+    }
+    lock(&shared.recorder).answered(req.times, req.measured, resp.ok);
+    shared.completed.fetch_add(1, Ordering::Relaxed);
+    true
 }
 
 /// Times out the oldest request if it waited longer than the timeout;

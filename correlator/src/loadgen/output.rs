@@ -31,7 +31,17 @@ pub struct LoadJson {
     pub generator_cpu_share: f64,
     /// The pacer ran SCHED_FIFO.
     pub rt_pacer: bool,
+    /// Interrupted (Ctrl-C, SIGTERM): the results cover `after_s` of the
+    /// `planned_s` asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interrupted>,
     pub phases: Vec<PhaseJson>,
+}
+
+#[derive(Serialize)]
+pub struct Interrupted {
+    pub after_s: f64,
+    pub planned_s: f64,
 }
 
 #[derive(Serialize)]
@@ -128,6 +138,10 @@ pub fn json(r: &LoadResult) -> LoadJson {
         clock_read_ns: r.clock_read_ns,
         generator_cpu_share: r.cpu_ns as f64 / wall,
         rt_pacer: r.opts.rt_pacer && !r.rt_refused,
+        interrupted: r.interrupted_ns.map(|stop| Interrupted {
+            after_s: stop.saturating_sub(r.start_ns) as f64 / 1e9,
+            planned_s: r.planned_ns as f64 / 1e9,
+        }),
         phases,
     }
 }
@@ -145,6 +159,13 @@ pub fn text(j: &LoadJson) -> String {
         fmt_ns(j.clock_read_ns),
         j.generator_cpu_share * 100.0
     );
+    if let Some(i) = &j.interrupted {
+        let _ = writeln!(
+            out,
+            "interrupted after {:.1} s of {:.1} s: the results below cover the time before",
+            i.after_s, i.planned_s
+        );
+    }
     for p in &j.phases {
         let _ = writeln!(
             out,

@@ -133,6 +133,24 @@ impl Protocol {
     }
 }
 
+impl Protocol {
+    /// The response the server ended by closing the connection: an HTTP
+    /// body without length or chunking runs to the close. None: the bytes
+    /// left are not a complete response (a truncated one is an error).
+    pub fn parse_at_eof(&self, buf: &[u8]) -> Option<Response> {
+        match self {
+            Protocol::Http { .. } => match http_head(buf) {
+                Ok(Some((_, status, Body::UntilClose))) => Some(Response {
+                    len: buf.len(),
+                    ok: status < 400,
+                }),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
 /// A complete response: its length in bytes and whether it was a success
 /// (an error reply is a counted error, not a dropped sample).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,54 +167,78 @@ fn line(buf: &[u8]) -> Option<(&[u8], usize)> {
     find(buf, b"\r\n").map(|i| (&buf[..i], i + 2))
 }
 
-fn parse_http(buf: &[u8]) -> Result<Option<Response>, String> {
-    let Some(head_end) = find(buf, b"\r\n\r\n") else {
-        if buf.len() > 64 * 1024 {
+/// How an HTTP response's body ends (RFC 9112 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Body {
+    /// 1xx, 204, 304: no body, whatever the headers say.
+    None,
+    Length(usize),
+    Chunked,
+    /// Neither length nor chunked: the body runs until the server closes.
+    UntilClose,
+}
+
+/// Parses an HTTP response head with httparse: (head length, status, body
+/// framing); Ok(None) while the head is incomplete.
+fn http_head(buf: &[u8]) -> Result<Option<(usize, u16, Body)>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut headers);
+    let head_len = match r.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() > 64 * 1024 => {
             return Err("HTTP header larger than 64 KiB".into());
         }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(format!("not an HTTP response: {e}")),
+    };
+    let status = r.code.unwrap_or(0);
+    if (100..200).contains(&status) || status == 204 || status == 304 {
+        return Ok(Some((head_len, status, Body::None)));
+    }
+    let header = |name: &'static str| {
+        r.headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value).trim().to_string())
+    };
+    // Transfer-Encoding wins over Content-Length (§6.3, rule 3).
+    if header("transfer-encoding").any(|v| v.to_ascii_lowercase().ends_with("chunked")) {
+        return Ok(Some((head_len, status, Body::Chunked)));
+    }
+    let lengths: Vec<String> = header("content-length").collect();
+    match lengths.first() {
+        Some(first) if lengths.iter().all(|l| l == first) => {
+            let n = first
+                .parse::<usize>()
+                .map_err(|_| format!("bad Content-Length {first:?}"))?;
+            Ok(Some((head_len, status, Body::Length(n))))
+        }
+        Some(_) => Err("conflicting Content-Length headers".into()),
+        None => Ok(Some((head_len, status, Body::UntilClose))),
+    }
+}
+
+fn parse_http(buf: &[u8]) -> Result<Option<Response>, String> {
+    let Some((head_len, status, body)) = http_head(buf)? else {
         return Ok(None);
     };
-    let head = std::str::from_utf8(&buf[..head_end])
-        .map_err(|_| "HTTP header is not UTF-8".to_string())?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let status: u16 = status_line
-        .strip_prefix("HTTP/1.")
-        .and_then(|r| r.get(2..5))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("not an HTTP status line: {status_line:?}"))?;
-    let mut content_length = None;
-    let mut chunked = false;
-    for h in lines {
-        let Some((name, value)) = h.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            content_length = Some(
-                value
-                    .parse::<usize>()
-                    .map_err(|_| format!("bad Content-Length {value:?}"))?,
-            );
-        } else if name.eq_ignore_ascii_case("transfer-encoding")
-            && value.eq_ignore_ascii_case("chunked")
-        {
-            chunked = true;
-        }
-    }
-    let body_start = head_end + 4;
-    let ok = status < 400;
-    if chunked {
-        return Ok(chunked_end(&buf[body_start..])?.map(|n| Response {
-            len: body_start + n,
-            ok,
+    // An interim response (100 Continue, 103 Early Hints) is not the
+    // answer: the final response follows it.
+    if (100..200).contains(&status) && status != 101 {
+        return Ok(parse_http(&buf[head_len..])?.map(|r| Response {
+            len: head_len + r.len,
+            ok: r.ok,
         }));
     }
-    let body = content_length.unwrap_or(0);
-    Ok((buf.len() >= body_start + body).then_some(Response {
-        len: body_start + body,
-        ok,
-    }))
+    let ok = status < 400;
+    let len = match body {
+        Body::None => Some(head_len),
+        Body::Length(n) => (buf.len() >= head_len + n).then_some(head_len + n),
+        Body::Chunked => chunked_end(&buf[head_len..])?.map(|n| head_len + n),
+        // Complete only when the connection closes: see `parse_at_eof`.
+        Body::UntilClose => None,
+    };
+    Ok(len.map(|len| Response { len, ok }))
 }
 
 /// Length of a complete chunked body (through the final empty chunk).
@@ -392,6 +434,67 @@ mod tests {
         assert_eq!(resp(&p, &b[..b.len() - 2]), None);
     }
 
+    fn http() -> Protocol {
+        Protocol::Http {
+            host: "h".into(),
+            path: "/".into(),
+        }
+    }
+
+    /// 1xx, 204 and 304 have no body even with a Content-Length (RFC 9112
+    /// §6.3): waiting for one would hang the connection until timeout.
+    #[test]
+    fn http_no_body_statuses() {
+        let p = http();
+        for head in [
+            &b"HTTP/1.1 204 No Content\r\nContent-Length: 10\r\n\r\n"[..],
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 512\r\n\r\n",
+        ] {
+            assert_eq!(
+                resp(&p, head),
+                Some(Response {
+                    len: head.len(),
+                    ok: true
+                })
+            );
+        }
+        // An interim 100 Continue is not the answer; the 200 after it is.
+        let both = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        assert_eq!(
+            resp(&p, both),
+            Some(Response {
+                len: both.len(),
+                ok: true
+            })
+        );
+        assert_eq!(resp(&p, &both[..30]), None);
+    }
+
+    /// No length and no chunking: the body runs to the close. Incomplete
+    /// until then; complete with every byte once the server closes.
+    #[test]
+    fn http_close_delimited() {
+        let p = http();
+        let b = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello world";
+        assert_eq!(resp(&p, b), None);
+        assert_eq!(
+            p.parse_at_eof(b),
+            Some(Response {
+                len: b.len(),
+                ok: true
+            })
+        );
+        // A truncated length-delimited body at the close is not a response.
+        assert_eq!(
+            p.parse_at_eof(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhel"),
+            None
+        );
+        assert!(
+            p.parse(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+                .is_err()
+        );
+    }
+
     #[test]
     fn garbage_is_an_error() {
         let p = Protocol::Http {
@@ -470,5 +573,100 @@ mod tests {
         assert!(matches!(t.protocol, Protocol::Http { ref path, .. } if path == "/x"));
         assert!(Target::parse("ftp://a:1", &KvOp::Ping).is_err());
         assert!(Target::parse("redis://localhost", &KvOp::Ping).is_err());
+    }
+
+    /// A stream of responses split at every read boundary gives the same
+    /// responses as read whole, and no input makes a parser panic.
+    mod split {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn protocols() -> Vec<Protocol> {
+            vec![
+                http(),
+                Protocol::Redis(KvOp::Get { keys: 10 }),
+                Protocol::Memcache(KvOp::Get { keys: 10 }),
+                Protocol::Memcache(KvOp::Set {
+                    keys: 10,
+                    value_size: 4,
+                }),
+                Protocol::Line,
+            ]
+        }
+
+        /// Responses as a reader sees them: parse what is buffered, keep
+        /// the rest, read the next piece.
+        fn read_in_pieces(
+            p: &Protocol,
+            stream: &[u8],
+            cuts: &[usize],
+        ) -> Result<Vec<Response>, String> {
+            let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (stream.len() + 1)).collect();
+            cuts.push(stream.len());
+            cuts.sort_unstable();
+            let (mut buf, mut out, mut at) = (Vec::new(), Vec::new(), 0);
+            for cut in cuts {
+                buf.extend_from_slice(&stream[at..cut]);
+                at = cut;
+                while let Some(r) = p.parse(&buf)? {
+                    out.push(r);
+                    buf.drain(..r.len);
+                }
+            }
+            Ok(out)
+        }
+
+        fn valid_responses() -> impl Strategy<Value = Vec<u8>> {
+            let one = prop_oneof![
+                Just(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".to_vec()),
+                Just(b"HTTP/1.1 204 No Content\r\nContent-Length: 3\r\n\r\n".to_vec()),
+                Just(
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+                        .to_vec()
+                ),
+                Just(
+                    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 X\r\ncontent-length: 1\r\n\r\nz"
+                        .to_vec()
+                ),
+            ];
+            proptest::collection::vec(one, 1..6).prop_map(|v| v.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+            #[test]
+            fn any_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+                for p in protocols() {
+                    let _ = p.parse(&bytes);
+                    let _ = p.parse_at_eof(&bytes);
+                }
+            }
+
+            #[test]
+            fn http_split_reads_match_whole(stream in valid_responses(),
+                                            cuts in proptest::collection::vec(any::<usize>(), 0..8)) {
+                let p = http();
+                let whole = read_in_pieces(&p, &stream, &[]).expect("valid");
+                prop_assert_eq!(whole.iter().map(|r| r.len).sum::<usize>(), stream.len());
+                prop_assert_eq!(read_in_pieces(&p, &stream, &cuts).expect("valid"), whole);
+            }
+
+            #[test]
+            fn any_split_of_any_bytes_agrees(bytes in proptest::collection::vec(any::<u8>(), 0..200),
+                                             cuts in proptest::collection::vec(any::<usize>(), 0..6)) {
+                for p in protocols() {
+                    // Garbage may be refused, but the same way however it is
+                    // split: a reader that errs drops the connection there.
+                    let whole = read_in_pieces(&p, &bytes, &[]);
+                    let split = read_in_pieces(&p, &bytes, &cuts);
+                    match (whole, split) {
+                        (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                        (Err(_), Err(_)) => {}
+                        (a, b) => prop_assert!(false, "{:?}: whole {:?}, split {:?}", p, a, b),
+                    }
+                }
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! views: terminal, JSON, HTML with SVG plots, and a native Perfetto trace.
 //! Every view renders this one model.
 
+pub mod confirmation;
 pub mod flame;
 pub mod html;
 pub mod perfetto;
@@ -75,6 +76,10 @@ pub struct Report {
     /// Episode families, by impact on the chosen percentile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub families: Vec<crate::analysis::families::Family>,
+    /// `run --confirm`: each cause's experiment and its outcome, in the
+    /// causes' order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub confirmation: Vec<confirmation::Confirmation>,
     pub notes: Vec<String>,
 }
 
@@ -251,6 +256,7 @@ impl Report {
             },
             code_paths,
             families,
+            confirmation: Vec::new(),
             notes,
         }
     }

@@ -247,6 +247,15 @@ pub struct ChangeCi {
     pub change_pct: f64,
     pub ci_low_pct: f64,
     pub ci_high_pct: f64,
+    /// Resamples whose change was not a number (a resampled baseline
+    /// median of 0): left out of the CI, and counted here so a reader
+    /// knows the CI rests on fewer resamples.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub non_finite: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Bootstrap 95% CI (percentile method) of the relative change of the
@@ -268,8 +277,10 @@ pub fn bootstrap_change(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Ch
             let (ra, rb) = (median(&buf_a), median(&buf_b));
             (rb - ra) / ra * 100.0
         })
-        .filter(|c| c.is_finite())
         .collect();
+    let total = changes.len();
+    changes.retain(|c| c.is_finite());
+    let non_finite = total - changes.len();
     changes.sort_by(f64::total_cmp);
     let q = |p: f64| {
         changes
@@ -281,6 +292,7 @@ pub fn bootstrap_change(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Ch
         change_pct,
         ci_low_pct: q(0.025),
         ci_high_pct: q(0.975),
+        non_finite,
     }
 }
 
@@ -383,6 +395,12 @@ pub fn compare(a: &[f64], b: &[f64], alpha: f64, min_change_pct: f64, seed: u64)
         );
     }
     notes.push("Mann-Whitney's null is stochastic equality, not equal medians".into());
+    if ci.non_finite > 0 {
+        notes.push(format!(
+            "{} of 10,000 bootstrap resamples had a baseline median of 0 (change not a number): the CI rests on the others",
+            ci.non_finite
+        ));
+    }
     Comparison {
         schema: "correlator.compare/v1",
         n_a: a.len(),
@@ -464,6 +482,7 @@ pub fn spearman(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
 }
 
 pub mod periodicity;
+pub mod sequential;
 
 #[cfg(test)]
 mod tests;

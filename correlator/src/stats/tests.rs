@@ -151,6 +151,7 @@ fn verdict_words() {
         change_pct: -20.0,
         ci_low_pct: -30.0,
         ci_high_pct: -10.0,
+        non_finite: 0,
     };
     assert_eq!(verdict(0.2, 0.05, &ci, 5.0), "no significant difference");
     assert!(verdict(0.001, 0.05, &ci, 5.0).starts_with("improvement 20.0%"));
@@ -162,12 +163,14 @@ fn verdict_words() {
         change_pct: 12.0,
         ci_low_pct: 5.0,
         ci_high_pct: 20.0,
+        non_finite: 0,
     };
     assert!(verdict(0.01, 0.05, &worse, 5.0).starts_with("regression 12.0%"));
     let unsure = ChangeCi {
         change_pct: -80.0,
         ci_low_pct: -95.0,
         ci_high_pct: 2.0,
+        non_finite: 0,
     };
     assert!(verdict(0.01, 0.05, &unsure, 5.0).contains("includes 0"));
     assert!((bonferroni(0.05, 3) - 0.016_666_666_666_666_666).abs() < 1e-15);

@@ -1,0 +1,75 @@
+//! Confirmations in the report model (`confirmation[]`, docs/report.md):
+//! each cause's experiment as data and, after `run --confirm`, its
+//! outcome. Planned and run by [`crate::confirm`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::causes::CauseKind;
+
+/// How a cause could be confirmed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Plan {
+    /// A knob that removes the cause for the treatment arm.
+    Knob {
+        knob: String,
+        /// None: safe to run unattended; Some: what must be allowed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        needs: Option<String>,
+    },
+    /// No system knob removes it: the code has to change.
+    NotConfirmable { reason: String },
+}
+
+/// One planned experiment: the cause, its knob, and what should happen.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Planned {
+    pub cause: CauseKind,
+    pub plan: Plan,
+    /// The percentile that should move (the report's), its value now and
+    /// its predicted value without the cause (from the account).
+    pub percentile: f64,
+    pub now_ns: u64,
+    pub expected_ns: u64,
+    /// The predicted change in percent (negative: an improvement).
+    pub expected_change_pct: f64,
+}
+
+/// The outcome of one confirming experiment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The percentile improved significantly and meaningfully with the
+    /// cause removed.
+    Confirmed,
+    /// Removing the cause did not give even half the predicted change (the
+    /// CI rules it out), or made things worse.
+    Refuted,
+    /// Neither: the experiment could not tell.
+    Inconclusive,
+    /// Not run: the knob needs a permission the user did not give.
+    NotAllowed,
+    /// Not run: no system knob removes this cause.
+    NotConfirmable,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Confirmation {
+    #[serde(flatten)]
+    pub planned: Planned,
+    pub outcome: Outcome,
+    /// The percentile's measured change (median of the B repetitions
+    /// against the A ones) and its 95% CI, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_pct: Option<(f64, f64)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_a_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_b_ns: Option<u64>,
+    /// Repetitions per arm the experiment ran.
+    #[serde(default)]
+    pub reps_per_arm: usize,
+    pub verdict: String,
+}

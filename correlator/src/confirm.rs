@@ -24,17 +24,22 @@ use crate::{
 };
 use anyhow::Result;
 
-/// Repetitions per arm at most for a confirming experiment (looks at 5
-/// and 10): a strong cause is confirmed at the first or second look.
-const MAX_REPS: usize = 10;
+/// Repetitions per arm at most for a confirming experiment (looks every
+/// 5): a strong cause is confirmed at the second look.
+const MAX_REPS: usize = 20;
 /// Length of one confirming repetition, warm-up included.
-const REP_LENGTH: Duration = Duration::from_millis(2000);
+const REP_LENGTH: Duration = Duration::from_millis(1500);
 const REP_WARMUP: Duration = Duration::from_millis(500);
 
-/// "name (pid N)" → N.
-fn pid_in(detail: &str) -> Option<u32> {
-    let start = detail.rfind("(pid ")? + 5;
-    detail[start..].trim_end_matches(')').parse().ok()
+/// The pid in "… name (pid N) …" (the first such, 0 — the idle task —
+/// never).
+fn pid_in(text: &str) -> Option<u32> {
+    let start = text.find("(pid ")? + 5;
+    let digits: String = text[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().filter(|&p| p != 0)
 }
 
 /// The CPUs the server may use now, and the online CPUs it may not.
@@ -107,13 +112,9 @@ fn knob_for(
                 .iter()
                 .find(|f| f.cause == CauseKind::Preemption)
                 .and_then(|f| f.detail.clone());
-            // The preemptor's pid is in the account ("name (pid N)").
-            let pid = report
-                .episodes
-                .iter()
-                .filter_map(|e| e.account.preempted_by.as_deref())
-                .find_map(pid_in)
-                .or_else(|| pid_in(evidence));
+            // The preemptor that ran longest while the server waited is in
+            // the cause's evidence ("while NAME (pid N) ran").
+            let pid = pid_in(evidence);
             match pid {
                 Some(pid) => Plan::Knob {
                     knob: format!("stop={pid}"),
@@ -202,43 +203,36 @@ pub fn run(
     mut say: impl FnMut(&str),
 ) -> Result<Vec<Confirmation>> {
     let mut out = Vec::new();
-    let mut ran = 0;
+    let mut chosen: Vec<(Planned, Knob)> = Vec::new();
     for planned in plan(report, pid) {
-        let knob = match &planned.plan {
+        match &planned.plan {
             Plan::NotConfirmable { reason } => {
-                out.push(not_run(
-                    planned.clone(),
-                    Outcome::NotConfirmable,
-                    reason.clone(),
-                ));
-                continue;
+                let reason = reason.clone();
+                out.push(not_run(planned, Outcome::NotConfirmable, reason));
             }
+            Plan::Knob { .. } if chosen.len() == count => {}
             Plan::Knob { knob, needs } => {
-                if ran == count {
-                    continue;
-                }
                 let parsed = Knob::parse(knob)?;
                 if let (Knob::Stop(target), Some(needs)) = (&parsed, needs)
                     && !allowed_to_stop(*target, allow_stop)
                 {
-                    out.push(not_run(
-                        planned.clone(),
-                        Outcome::NotAllowed,
-                        format!("not run: needs {needs}"),
-                    ));
+                    let verdict = format!("not run: needs {needs}");
+                    out.push(not_run(planned, Outcome::NotAllowed, verdict));
                     continue;
                 }
-                parsed
+                chosen.push((planned, parsed));
             }
-        };
-        ran += 1;
-        say(&format!(
-            "confirming {}: B = {}; at most {MAX_REPS} repetitions per arm of {:.1} s (≤ {:.0} s)",
-            planned.cause,
-            knob.describe(),
-            REP_LENGTH.as_secs_f64(),
-            (REP_LENGTH * 2 * MAX_REPS as u32).as_secs_f64()
-        ));
+        }
+    }
+    let most = REP_LENGTH * 2 * (MAX_REPS * chosen.len()) as u32;
+    say(&format!(
+        "confirming {} cause(s) by experiment: at most {MAX_REPS} repetitions per arm of {:.1} s each, at most {:.0} s in all",
+        chosen.len(),
+        REP_LENGTH.as_secs_f64(),
+        most.as_secs_f64()
+    ));
+    for (planned, knob) in chosen {
+        say(&format!("  {}: B = {}", planned.cause, knob.describe()));
         out.push(confirm_one(planned, knob, pid, load, state_file)?);
     }
     Ok(out)
@@ -304,15 +298,30 @@ fn confirm_one(
         });
     };
     let improved = t.verdict.starts_with("improvement");
+    // A knob can remove more than its cause (moving the server off a CPU
+    // also moves it away from whatever else ran there): the improvement
+    // confirms this cause only if the account explains a good part of it,
+    // at least a third of the smallest change the CI allows (as log-ratios).
+    let log_ratio = |pct: f64| (1.0 + pct / 100.0).max(1e-9).ln();
+    let explained =
+        log_ratio(planned.expected_change_pct) <= log_ratio(t.ci_high_pct.min(0.0)) / 3.0;
     // Refuted: the CI rules out even half the predicted improvement, or
     // the change went the wrong way significantly.
     let half = planned.expected_change_pct / 2.0;
-    let outcome = if improved {
-        Outcome::Confirmed
+    let (outcome, why) = if improved && explained {
+        (Outcome::Confirmed, String::new())
+    } else if improved {
+        (
+            Outcome::Inconclusive,
+            format!(
+                "; far more than this cause accounts for ({:+.0}% predicted): the knob removed something else too",
+                planned.expected_change_pct
+            ),
+        )
     } else if t.verdict.starts_with("regression") || (half < 0.0 && t.ci_low_pct > half) {
-        Outcome::Refuted
+        (Outcome::Refuted, String::new())
     } else {
-        Outcome::Inconclusive
+        (Outcome::Inconclusive, String::new())
     };
     Ok(Confirmation {
         outcome,
@@ -321,34 +330,9 @@ fn confirm_one(
         median_a_ns: Some(t.median_a_ns as u64),
         median_b_ns: Some(t.median_b_ns as u64),
         reps_per_arm: result.design.stopped_after,
-        verdict: format!("p{}: {} ({})", t.percentile, t.verdict, result.knob),
+        verdict: format!("p{}: {}{why} ({})", t.percentile, t.verdict, result.knob),
         planned,
     })
-}
-
-/// The headline of a confirmed cause, e.g. "confirmed: preemption — PID 12
-/// stopped cut p99 from 4.7 ms to 0.3 ms (−94%, CI −96..−90%)".
-pub fn headline(c: &Confirmation) -> Option<String> {
-    if c.outcome != Outcome::Confirmed {
-        return None;
-    }
-    let (a, b) = (c.median_a_ns?, c.median_b_ns?);
-    let (lo, hi) = c.ci_pct?;
-    Some(format!(
-        "confirmed: {} — {} cut p{} from {} to {} ({:+.0}%, CI {:+.0}..{:+.0}%); the account predicted {:+.0}%",
-        c.planned.cause,
-        match &c.planned.plan {
-            Plan::Knob { knob, .. } => knob.as_str(),
-            Plan::NotConfirmable { .. } => "?",
-        },
-        c.planned.percentile,
-        fmt_ns(a),
-        fmt_ns(b),
-        c.change_pct.unwrap_or(0.0),
-        lo,
-        hi,
-        c.planned.expected_change_pct
-    ))
 }
 
 /// One line per confirmation, for the terminal.
@@ -407,4 +391,17 @@ pub fn plan_text(plans: &[Planned], pid: u32, load_url: &str, rate: f64) -> Stri
         out.push_str("no server cause to confirm\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_preemptor_pid_comes_from_the_evidence() {
+        let e = "demo-server (tid 9) waited for its CPU while demo-hog (pid 23271) ran: 89% of episode time";
+        assert_eq!(pid_in(e), Some(23271));
+        assert_eq!(pid_in("swapper/1 (pid 0) ran"), None);
+        assert_eq!(pid_in("no pid here"), None);
+    }
 }

@@ -23,6 +23,7 @@ mod util;
 
 mod cli_errors;
 mod compare_cli;
+mod confirm_live;
 mod demo_live;
 mod experiment_live;
 mod families_live;

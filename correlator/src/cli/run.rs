@@ -54,7 +54,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         if let Some(h) = report
             .confirmation
             .iter()
-            .find_map(crate::confirm::headline)
+            .find_map(|c| c.headline())
         {
             println!("{h}");
         }

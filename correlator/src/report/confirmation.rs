@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::causes::CauseKind;
+use crate::{analysis::causes::CauseKind, latency::fmt_ns};
 
 /// How a cause could be confirmed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -72,4 +72,32 @@ pub struct Confirmation {
     #[serde(default)]
     pub reps_per_arm: usize,
     pub verdict: String,
+}
+
+/// The headline of a confirmed cause, e.g. "confirmed: preemption — PID 12
+/// stopped cut p99 from 4.7 ms to 0.3 ms (−94%, CI −96..−90%)".
+impl Confirmation {
+    pub fn headline(&self) -> Option<String> {
+        let c = self;
+        if c.outcome != Outcome::Confirmed {
+            return None;
+        }
+        let (a, b) = (c.median_a_ns?, c.median_b_ns?);
+        let (lo, hi) = c.ci_pct?;
+        Some(format!(
+            "confirmed: {} — {} cut p{} from {} to {} ({:+.0}%, CI {:+.0}..{:+.0}%); the account predicted {:+.0}%",
+            c.planned.cause,
+            match &c.planned.plan {
+                Plan::Knob { knob, .. } => knob.as_str(),
+                Plan::NotConfirmable { .. } => "?",
+            },
+            c.planned.percentile,
+            fmt_ns(a),
+            fmt_ns(b),
+            c.change_pct.unwrap_or(0.0),
+            lo,
+            hi,
+            c.planned.expected_change_pct
+        ))
+    }
 }

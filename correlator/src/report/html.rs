@@ -418,6 +418,7 @@ pub fn render(r: &Report) -> String {
         .iter()
         .map(|n| format!("<li>{}</li>", esc(n)))
         .collect();
+    let confirmation = confirmation_section(r);
     let sig = serde_json::to_value(c.signature)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -430,6 +431,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 <h1>Why did the tail spike? PID {pid} ({comm})</h1>
 <p>{dur:.1} s, latency from {source}; kernel {kernel}, {cpus} CPUs, THP {thp}</p>
 <p class="sig">{sig_up}</p><p>{evidence}</p>
+{confirmation}
 <h2>Causes, best first</h2><table><tr><th>cause</th><th>score</th><th>evidence</th><th>confirm with</th></tr>{causes}</table>
 <h2>Latency over time and kernel events</h2>{lat}{lanes}
 <h2>Percentiles</h2><div style="display:flex;gap:20px"><table><tr><th></th><th>value</th><th>samples above</th></tr>{pct}</table>{curve}</div>
@@ -440,6 +442,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 <h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run); lost kernel records/events: {lost}</p>
 <ul>{notes}</ul></body></html>"#,
         comm = esc(&r.target.comm),
+        confirmation = confirmation,
         pid = r.target.pid,
         dur = r.duration_s,
         source = esc(&r.latency.source),
@@ -461,5 +464,45 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
         probe_ms = r.overhead.probes_cpu_ms,
         probe_share = r.overhead.probes_cpu_share * 100.0,
         lost = r.events.lost,
+    )
+}
+
+/// `run --confirm`: per cause, the outcome with the measured change and
+/// the predicted one side by side.
+fn confirmation_section(r: &Report) -> String {
+    use super::confirmation::Outcome;
+    if r.confirmation.is_empty() {
+        return String::new();
+    }
+    let mut rows = String::new();
+    for c in &r.confirmation {
+        let measured = match (c.change_pct, c.ci_pct) {
+            (Some(ch), Some((lo, hi))) => format!("{ch:+.0}% (CI {lo:+.0}..{hi:+.0}%)"),
+            _ => "not measured".into(),
+        };
+        let color = match c.outcome {
+            Outcome::Confirmed => "#1a7f37",
+            Outcome::Refuted => "#b42318",
+            _ => "#666",
+        };
+        let _ = write!(
+            rows,
+            r#"<tr><td>{}</td><td style="color:{color};font-weight:bold">{}</td><td>{:+.0}% of p{}</td><td>{measured}</td><td>{}</td></tr>"#,
+            c.planned.cause,
+            esc(&format!("{:?}", c.outcome).to_lowercase()),
+            c.planned.expected_change_pct,
+            c.planned.percentile,
+            esc(&c.verdict)
+        );
+    }
+    let headline = r
+        .confirmation
+        .iter()
+        .find_map(|c| c.headline())
+        .map_or(String::new(), |h| {
+            format!(r#"<p class="sig">{}</p>"#, esc(&h))
+        });
+    format!(
+        "{headline}<h2>Confirmed by experiment?</h2><table><tr><th>cause</th><th>outcome</th><th>predicted</th><th>measured</th><th>verdict</th></tr>{rows}</table>"
     )
 }

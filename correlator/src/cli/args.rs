@@ -405,6 +405,14 @@ pub struct LatencyArgs {
     /// Closed-loop correction: the interval requests were meant to be sent at.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub expected_interval: Option<Duration>,
+    /// .hlog: read only the intervals with this tag (required when the
+    /// log holds several).
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// .hlog: unit of the histograms' values (wrk2 and Java tools often
+    /// log µs).
+    #[arg(long, value_enum, default_value = "ns")]
+    pub hlog_unit: crate::latency::import::HlogUnit,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

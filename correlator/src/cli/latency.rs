@@ -25,6 +25,8 @@ pub fn run(args: &LatencyArgs) -> Result<ExitCode> {
         expected_interval_ns: args
             .expected_interval
             .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        tag: args.tag.clone(),
+        hlog_unit: args.hlog_unit,
     })?;
     let observed = imported.recorder.phases[0].corrected.summary();
     let modelled = imported.modelled.as_ref().map(|m| m.summary());

@@ -30,6 +30,8 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
             format,
             clock: args.clock,
             expected_interval_ns: None,
+            tag: None,
+            hlog_unit: import::HlogUnit::Ns,
         })?;
         let (start, end) = (run.started_ns, run.ended_ns);
         run.latency = Some(LatencyCapture::from_recorder(

@@ -51,11 +51,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         crate::run::write_outputs(&run, &report, &views)?;
         println!("CONFIRMATION");
         print!("{}", crate::confirm::text(&report.confirmation));
-        if let Some(h) = report
-            .confirmation
-            .iter()
-            .find_map(|c| c.headline())
-        {
+        if let Some(h) = report.confirmation.iter().find_map(|c| c.headline()) {
             println!("{h}");
         }
         return Ok(ExitCode::SUCCESS);

@@ -62,6 +62,32 @@ pub struct ImportOptions {
     /// Closed-loop correction: the interval at which requests were meant to
     /// be sent (HdrHistogram's expected interval).
     pub expected_interval_ns: Option<u64>,
+    /// .hlog: the tag whose intervals to read (a log with several tags is
+    /// refused without one: merging them would mix different things).
+    pub tag: Option<String>,
+    /// .hlog: the unit the histograms' values are in (wrk2 and Java tools
+    /// often log µs).
+    pub hlog_unit: HlogUnit,
+}
+
+/// Unit of the values in an .hlog's histograms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum HlogUnit {
+    #[default]
+    Ns,
+    Us,
+    Ms,
+}
+
+impl HlogUnit {
+    pub fn ns(self) -> u64 {
+        match self {
+            HlogUnit::Ns => 1,
+            HlogUnit::Us => 1_000,
+            HlogUnit::Ms => 1_000_000,
+        }
+    }
 }
 
 /// CLOCK_REALTIME − CLOCK_MONOTONIC, measured as the tightest of several
@@ -111,8 +137,11 @@ pub struct Imported {
     /// Closed-loop correction: the distribution with modelled samples.
     pub modelled: Option<Distribution>,
     pub clock_offset: Option<ClockOffset>,
-    /// Per-interval histograms, for .hlog input: (start s, end s, count).
+    /// Per-interval histograms, for .hlog input: (start s, end s, count),
+    /// seconds since the epoch when the log has a BaseTime.
     pub intervals: Vec<(f64, f64, u64)>,
+    /// .hlog: the log's StartTime (or BaseTime), seconds since the epoch.
+    pub start_time_s: Option<f64>,
     pub notes: Vec<String>,
 }
 
@@ -131,7 +160,7 @@ pub fn import(opts: &ImportOptions) -> Result<Imported> {
     let file =
         File::open(&opts.path).with_context(|| format!("cannot open {}", opts.path.display()))?;
     match opts.format {
-        Format::Hlog => import_hlog(&opts.path, file),
+        Format::Hlog => import_hlog(&opts.path, file, opts.tag.as_deref(), opts.hlog_unit),
         Format::Csv | Format::Jsonl => import_requests(opts, file),
     }
 }
@@ -209,6 +238,7 @@ fn import_requests(opts: &ImportOptions, file: File) -> Result<Imported> {
         modelled,
         clock_offset: offset,
         intervals: Vec::new(),
+        start_time_s: None,
         notes,
     })
 }
@@ -305,7 +335,7 @@ fn parse_jsonl(line: &str) -> Result<Row, String> {
     })
 }
 
-fn import_hlog(path: &Path, mut file: File) -> Result<Imported> {
+fn import_hlog(path: &Path, mut file: File, tag: Option<&str>, unit: HlogUnit) -> Result<Imported> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
@@ -313,6 +343,10 @@ fn import_hlog(path: &Path, mut file: File) -> Result<Imported> {
     let mut deserializer = hdrhistogram::serialization::Deserializer::new();
     let mut merged = Distribution::new();
     let mut intervals = Vec::new();
+    let mut tags_seen: std::collections::BTreeSet<String> = Default::default();
+    let (mut start_time, mut base_time) = (None, None);
+    let mut kept: Vec<(f64, f64, hdrhistogram::Histogram<u64>)> = Vec::new();
+    let mut by_tag: std::collections::BTreeMap<String, usize> = Default::default();
     for (i, entry) in IntervalLogIterator::new(&bytes).enumerate() {
         let entry = entry.map_err(|e| {
             anyhow::anyhow!(
@@ -321,9 +355,23 @@ fn import_hlog(path: &Path, mut file: File) -> Result<Imported> {
                 i + 1
             )
         })?;
-        let LogEntry::Interval(ih) = entry else {
-            continue;
+        let ih = match entry {
+            LogEntry::StartTime(t) => {
+                start_time = Some(t.as_secs_f64());
+                continue;
+            }
+            LogEntry::BaseTime(t) => {
+                base_time = Some(t.as_secs_f64());
+                continue;
+            }
+            LogEntry::Interval(ih) => ih,
         };
+        let this_tag = ih.tag().map_or(String::new(), |t| t.as_str().to_string());
+        tags_seen.insert(this_tag.clone());
+        *by_tag.entry(this_tag.clone()).or_default() += 1;
+        if tag.is_some_and(|want| want != this_tag) {
+            continue;
+        }
         let encoded = base64_decode(ih.encoded_histogram()).ok_or_else(|| {
             anyhow::anyhow!(
                 "{}: interval at {:?}: bad base64",
@@ -341,11 +389,65 @@ fn import_hlog(path: &Path, mut file: File) -> Result<Imported> {
                 )
             })?;
         let start = ih.start_timestamp().as_secs_f64();
-        intervals.push((start, start + ih.duration().as_secs_f64(), h.len()));
-        merged.merge(&Distribution::from_histogram(h));
+        kept.push((start, start + ih.duration().as_secs_f64(), h));
     }
-    if intervals.is_empty() {
-        bail!("{}: no interval histograms in the file", path.display());
+    if tag.is_none() && tags_seen.len() > 1 {
+        let list: Vec<String> = by_tag
+            .iter()
+            .map(|(t, n)| {
+                format!(
+                    "{} ({n} intervals)",
+                    if t.is_empty() { "(untagged)" } else { t }
+                )
+            })
+            .collect();
+        bail!(
+            "{}: the log holds several tags: {}; pick one with --tag (merging them would mix different measurements)",
+            path.display(),
+            list.join(", ")
+        );
+    }
+    if kept.is_empty() {
+        match tag {
+            Some(t) => bail!(
+                "{}: no intervals tagged {t:?} (tags: {})",
+                path.display(),
+                tags_seen.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+            None => bail!("{}: no interval histograms in the file", path.display()),
+        }
+    }
+    // Interval timestamps are relative to BaseTime when the log has one
+    // (HdrHistogram's log format), else absolute or relative to StartTime.
+    let origin = base_time.unwrap_or(0.0);
+    for (start, end, h) in kept {
+        intervals.push((origin + start, origin + end, h.len()));
+        let mut d = Distribution::new();
+        for v in h.iter_recorded() {
+            d.record_n(
+                v.value_iterated_to().saturating_mul(unit.ns()),
+                v.count_at_value(),
+            );
+        }
+        merged.merge(&d);
+    }
+    let mut notes =
+        vec!["interval log: distributions per interval, no per-request timestamps".into()];
+    if unit != HlogUnit::Ns {
+        notes.push(
+            format!("values read as {unit:?} (--hlog-unit) and converted to ns")
+                .replace("Us", "µs")
+                .replace("Ms", "ms"),
+        );
+    }
+    if let Some(t) = tag {
+        notes.push(format!("intervals tagged {t:?} only"));
+    }
+    if let Some(st) = start_time {
+        notes.push(format!(
+            "StartTime {st:.3} s since the epoch{}",
+            base_time.map_or(String::new(), |b| format!(", BaseTime {b:.3}"))
+        ));
     }
     let mut recorder = Recorder::new(1, 0);
     recorder.phases[0].corrected = merged;
@@ -357,7 +459,8 @@ fn import_hlog(path: &Path, mut file: File) -> Result<Imported> {
         modelled: None,
         clock_offset: None,
         intervals,
-        notes: vec!["interval log: distributions per interval, no per-request timestamps".into()],
+        start_time_s: start_time.or(base_time),
+        notes,
     })
 }
 
@@ -411,7 +514,75 @@ mod tests {
             format,
             clock: Clock::Monotonic,
             expected_interval_ns: None,
+            tag: None,
+            hlog_unit: HlogUnit::Ns,
         }
+    }
+
+    /// An .hlog in µs with two tags and a BaseTime, as wrk2 or a Java
+    /// service writes it: refused without --tag, read per tag with the
+    /// unit applied and the intervals placed at BaseTime + offset.
+    #[test]
+    fn hlog_tags_units_and_base_time_round_trip() {
+        use hdrhistogram::serialization::{
+            V2DeflateSerializer,
+            interval_log::{IntervalLogWriterBuilder, Tag},
+        };
+        let base = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let mut bytes = Vec::new();
+        let mut ser = V2DeflateSerializer::new();
+        {
+            let mut log = IntervalLogWriterBuilder::new()
+                .with_start_time(base)
+                .with_base_time(base)
+                .begin_log_with(&mut bytes, &mut ser)
+                .expect("log");
+            for second in 0..3u64 {
+                let mut fast = hdrhistogram::Histogram::<u64>::new(3).expect("h");
+                let mut slow = hdrhistogram::Histogram::<u64>::new(3).expect("h");
+                for v in 0..1000u64 {
+                    fast.record(100 + v % 10).expect("record"); // ~100 µs
+                    slow.record(5_000 + v % 10).expect("record"); // ~5 ms
+                }
+                let at = std::time::Duration::from_secs(second);
+                let one = std::time::Duration::from_secs(1);
+                log.write_histogram(&fast, at, one, Tag::new("get"))
+                    .expect("w");
+                log.write_histogram(&slow, at, one, Tag::new("set"))
+                    .expect("w");
+            }
+        }
+        let p = write("tags.hlog", std::str::from_utf8(&bytes).expect("utf8"));
+        let err = import(&opts(p.clone(), Format::Hlog))
+            .err()
+            .expect("refused");
+        assert!(format!("{err}").contains("--tag"), "{err}");
+        let mut o = opts(p, Format::Hlog);
+        o.tag = Some("get".into());
+        o.hlog_unit = HlogUnit::Us;
+        let imp = import(&o).expect("import");
+        assert_eq!(imp.requests, 3000);
+        let d = &imp.recorder.phases[0].corrected;
+        let p50 = d.percentile(50.0).value_ns.expect("p50");
+        assert!(
+            (100_000..=110_000).contains(&p50),
+            "µs read as ns×1000: {p50}"
+        );
+        assert_eq!(imp.intervals.len(), 3);
+        assert!(
+            (imp.intervals[1].0 - 1_700_000_001.0).abs() < 1e-6,
+            "{:?}",
+            imp.intervals
+        );
+        assert_eq!(imp.start_time_s, Some(1_700_000_000.0));
+        o.tag = Some("set".into());
+        let set = import(&o).expect("import");
+        let p50 = set.recorder.phases[0]
+            .corrected
+            .percentile(50.0)
+            .value_ns
+            .expect("p50");
+        assert!((4_990_000..=5_010_000).contains(&p50), "{p50}");
     }
 
     #[test]
@@ -492,5 +663,30 @@ mod tests {
     fn base64_roundtrip_known_value() {
         assert_eq!(base64_decode("aGVsbG8=").as_deref(), Some(&b"hello"[..]));
         assert_eq!(base64_decode("a$"), None);
+    }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+            /// Any file content is imported or refused with an error, never
+            /// a panic, in every format.
+            #[test]
+            fn any_file_is_imported_or_refused(bytes in proptest::collection::vec(any::<u8>(), 0..400),
+                                               text in "[0-9a-z_,.:{}\"\n -]{0,300}") {
+                for (i, content) in [bytes, text.into_bytes()].into_iter().enumerate() {
+                    for (format, ext) in [(Format::Csv, "csv"), (Format::Jsonl, "jsonl"), (Format::Hlog, "hlog")] {
+                        let dir = std::env::temp_dir().join(format!("correlator-fuzz-{}", std::process::id()));
+                        let _ = std::fs::create_dir_all(&dir);
+                        let p = dir.join(format!("f{i}.{ext}"));
+                        std::fs::write(&p, &content).expect("write");
+                        let _ = import(&opts(p, format));
+                    }
+                }
+            }
+        }
     }
 }

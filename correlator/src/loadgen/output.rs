@@ -215,9 +215,16 @@ pub fn write_hlog(r: &mut LoadResult, path: &Path) -> Result<()> {
     let mut serializer = V2DeflateSerializer::new();
     let mut deserializer = Deserializer::new();
     {
+        // StartTime and BaseTime: the run's start in wall time; interval
+        // timestamps are offsets from it (HdrHistogram's log convention).
+        let wall_start = std::time::SystemTime::now()
+            - Duration::from_nanos(crate::clock::monotonic_ns().saturating_sub(r.start_ns));
         let mut log = IntervalLogWriterBuilder::new()
             .add_comment("correlator load: latency from the intended send time, ns")
+            .add_comment("unit: ns (read with --hlog-unit ns); tag: corrected")
             .with_max_value_divisor(1e6)
+            .with_start_time(wall_start)
+            .with_base_time(wall_start)
             .begin_log_with(&mut w, &mut serializer)
             .context("writing the .hlog header")?;
         let tag = Tag::new("corrected");

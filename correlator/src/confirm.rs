@@ -13,7 +13,6 @@ use std::time::Duration;
 use crate::{
     analysis::causes::CauseKind,
     experiment::{self, ExperimentOptions, Reps, knobs::Knob},
-    latency::fmt_ns,
     loadgen::LoadOptions,
     probes::ProbeConfig,
     report::{
@@ -56,8 +55,16 @@ fn cpu_list(cpus: &[usize]) -> String {
         .join(",")
 }
 
-/// The plan of every server cause of the report, in its order.
-pub fn plan(report: &Report, pid: u32) -> Vec<Planned> {
+/// Whether a load URL's host is this machine's loopback.
+pub fn is_loopback(url: &str) -> bool {
+    let host = url.split("://").nth(1).unwrap_or(url);
+    host.starts_with("127.") || host.starts_with("localhost") || host.starts_with("[::1]")
+}
+
+/// The plan of every server cause of the report, in its order; `load_url`
+/// is where the load went (loopback traffic has a known device, `lo`).
+pub fn plan(report: &Report, pid: u32, load_url: &str) -> Vec<Planned> {
+    let loopback = is_loopback(load_url);
     let cpus = server_cpus(pid);
     let percentile = report
         .families
@@ -71,16 +78,17 @@ pub fn plan(report: &Report, pid: u32) -> Vec<Planned> {
         .filter(|c| c.cause.is_server())
         .map(|c| {
             let detail = c.evidence.as_str();
-            let plan = knob_for(c.cause, report, detail, cpus.as_ref(), c);
+            let plan = knob_for(c.cause, report, detail, cpus.as_ref(), loopback, c);
             let (now_ns, expected_ns) = expected(report, c.cause, c.score, percentile);
             Planned {
-                cause: c.cause,
+                cause: Some(c.cause),
                 plan,
                 percentile,
                 now_ns,
-                expected_ns,
-                expected_change_pct: (expected_ns as f64 - now_ns as f64) / now_ns.max(1) as f64
-                    * 100.0,
+                expected_ns: Some(expected_ns),
+                expected_change_pct: Some(
+                    (expected_ns as f64 - now_ns as f64) / now_ns.max(1) as f64 * 100.0,
+                ),
             }
         })
         .collect()
@@ -91,6 +99,7 @@ fn knob_for(
     report: &Report,
     evidence: &str,
     cpus: Option<&(Vec<usize>, Vec<usize>)>,
+    loopback: bool,
     cause: &crate::analysis::causes::Cause,
 ) -> Plan {
     let code = |what: &str| {
@@ -133,16 +142,34 @@ fn knob_for(
                 reason: "the server is not running here: its CPUs are unknown".into(),
             }
         }
+        // A cpuset, not an affinity: the kernel then refuses even the
+        // server's own sched_setaffinity calls that would move it.
         CauseKind::Migrations => match cpus {
-            Some((allowed, _)) if allowed.len() > 1 => Plan::Knob {
-                knob: format!("pin={}", allowed[0]),
+            Some((allowed, _)) if !allowed.is_empty() => Plan::Knob {
+                knob: format!("cpuset={}", allowed[0]),
                 needs: None,
             },
             _ => Plan::NotConfirmable {
-                reason: "the server may use one CPU only: pinning cannot remove migrations".into(),
+                reason: "the server's CPUs are unknown".into(),
             },
         },
-        CauseKind::Softirq | CauseKind::Hardirq => match cpus {
+        // Loopback receive work is steered by lo's RPS mask: steer it to
+        // the CPUs the server does not use. Elsewhere the device is not
+        // known here: move the server instead.
+        CauseKind::Softirq => match cpus {
+            Some((_, others)) if !others.is_empty() && loopback => Plan::Knob {
+                knob: format!("rps=lo:{}", cpu_list(others)),
+                needs: None,
+            },
+            Some((_, others)) if !others.is_empty() => Plan::Knob {
+                knob: format!("pin={}", cpu_list(others)),
+                needs: None,
+            },
+            _ => Plan::NotConfirmable {
+                reason: "no CPU the server does not already use to steer the work to".into(),
+            },
+        },
+        CauseKind::Hardirq => match cpus {
             Some((_, others)) if !others.is_empty() => Plan::Knob {
                 knob: format!("pin={}", cpu_list(others)),
                 needs: None,
@@ -192,25 +219,64 @@ fn allowed_to_stop(pid: u32, allow: &[String]) -> bool {
         .any(|a| a == &pid.to_string() || (!comm.is_empty() && a == &comm))
 }
 
-/// Runs the top `count` confirmable causes' experiments against `load`.
+/// What `run --confirm` was asked: how many causes, which extra
+/// candidates, what it may stop, where it records settings.
+pub struct Request<'a> {
+    pub count: usize,
+    /// Knobs the user offers beyond the report's causes (`--candidate`),
+    /// judged by the experiment alone.
+    pub candidates: &'a [String],
+    pub allow_stop: &'a [String],
+    pub state_file: &'a std::path::Path,
+}
+
+/// A user's candidate knob as a plan (stopping needs permission as ever).
+fn candidate(report: &Report, knob: &str) -> Result<Planned> {
+    let parsed = Knob::parse(knob)?;
+    let needs = matches!(parsed, Knob::Stop(_)).then(|| format!("--allow-stop for {knob}"));
+    let percentile = report
+        .families
+        .first()
+        .and_then(|f| f.impact.as_ref())
+        .map_or(99.0, |i| i.percentile);
+    Ok(Planned {
+        cause: None,
+        plan: Plan::Knob {
+            knob: knob.to_string(),
+            needs,
+        },
+        percentile,
+        now_ns: report.latency.summary.value_at(percentile).unwrap_or(0),
+        expected_ns: None,
+        expected_change_pct: None,
+    })
+}
+
+/// Runs the top `count` confirmable causes' experiments, and the user's
+/// candidates, against `load`.
 pub fn run(
     report: &Report,
     pid: u32,
     load: &LoadOptions,
-    count: usize,
-    allow_stop: &[String],
-    state_file: &std::path::Path,
+    request: &Request<'_>,
     mut say: impl FnMut(&str),
 ) -> Result<Vec<Confirmation>> {
+    let (count, allow_stop, state_file) = (request.count, request.allow_stop, request.state_file);
     let mut out = Vec::new();
     let mut chosen: Vec<(Planned, Knob)> = Vec::new();
-    for planned in plan(report, pid) {
+    let mut plans = plan(report, pid, &load.url);
+    let offered = plans.len();
+    for c in request.candidates {
+        plans.push(candidate(report, c)?);
+    }
+    for (i, planned) in plans.into_iter().enumerate() {
+        let is_candidate = i >= offered;
         match &planned.plan {
             Plan::NotConfirmable { reason } => {
                 let reason = reason.clone();
                 out.push(not_run(planned, Outcome::NotConfirmable, reason));
             }
-            Plan::Knob { .. } if chosen.len() == count => {}
+            Plan::Knob { .. } if !is_candidate && chosen.len() >= count => {}
             Plan::Knob { knob, needs } => {
                 let parsed = Knob::parse(knob)?;
                 if let (Knob::Stop(target), Some(needs)) = (&parsed, needs)
@@ -232,10 +298,49 @@ pub fn run(
         most.as_secs_f64()
     ));
     for (planned, knob) in chosen {
-        say(&format!("  {}: B = {}", planned.cause, knob.describe()));
+        say(&format!("  {}: B = {}", planned.name(), knob.describe()));
         out.push(confirm_one(planned, knob, pid, load, state_file)?);
     }
     Ok(out)
+}
+
+/// Confirmed / refuted / inconclusive, and why when it is not plain.
+fn judge(planned: &Planned, t: &crate::experiment::Test, improved: bool) -> (Outcome, String) {
+    let regression = t.verdict.starts_with("regression");
+    let Some(expected) = planned.expected_change_pct else {
+        // A candidate: the experiment alone decides. No meaningful change
+        // either way (the CI says so) refutes it.
+        let settled = !crate::stats::meaningful(t.ci_low_pct, t.min_change_pct)
+            && !crate::stats::meaningful(t.ci_high_pct, t.min_change_pct);
+        return match (improved, regression || settled) {
+            (true, _) => (Outcome::Confirmed, String::new()),
+            (false, true) => (Outcome::Refuted, String::new()),
+            (false, false) => (Outcome::Inconclusive, String::new()),
+        };
+    };
+    // A knob can remove more than its cause (moving the server off a CPU
+    // also moves it away from whatever else ran there): the improvement
+    // confirms this cause only if the account explains a good part of it,
+    // at least a third of the smallest change the CI allows (as log-ratios).
+    let log_ratio = |pct: f64| (1.0 + pct / 100.0).max(1e-9).ln();
+    let explained = log_ratio(expected) <= log_ratio(t.ci_high_pct.min(0.0)) / 3.0;
+    // Refuted: the CI rules out even half the predicted improvement, or
+    // the change went the wrong way significantly.
+    let half = expected / 2.0;
+    if improved && explained {
+        (Outcome::Confirmed, String::new())
+    } else if improved {
+        (
+            Outcome::Inconclusive,
+            format!(
+                "; far more than this cause accounts for ({expected:+.0}% predicted): the knob removed something else too"
+            ),
+        )
+    } else if regression || (half < 0.0 && t.ci_low_pct > half) {
+        (Outcome::Refuted, String::new())
+    } else {
+        (Outcome::Inconclusive, String::new())
+    }
 }
 
 fn not_run(planned: Planned, outcome: Outcome, verdict: String) -> Confirmation {
@@ -298,31 +403,7 @@ fn confirm_one(
         });
     };
     let improved = t.verdict.starts_with("improvement");
-    // A knob can remove more than its cause (moving the server off a CPU
-    // also moves it away from whatever else ran there): the improvement
-    // confirms this cause only if the account explains a good part of it,
-    // at least a third of the smallest change the CI allows (as log-ratios).
-    let log_ratio = |pct: f64| (1.0 + pct / 100.0).max(1e-9).ln();
-    let explained =
-        log_ratio(planned.expected_change_pct) <= log_ratio(t.ci_high_pct.min(0.0)) / 3.0;
-    // Refuted: the CI rules out even half the predicted improvement, or
-    // the change went the wrong way significantly.
-    let half = planned.expected_change_pct / 2.0;
-    let (outcome, why) = if improved && explained {
-        (Outcome::Confirmed, String::new())
-    } else if improved {
-        (
-            Outcome::Inconclusive,
-            format!(
-                "; far more than this cause accounts for ({:+.0}% predicted): the knob removed something else too",
-                planned.expected_change_pct
-            ),
-        )
-    } else if t.verdict.starts_with("regression") || (half < 0.0 && t.ci_low_pct > half) {
-        (Outcome::Refuted, String::new())
-    } else {
-        (Outcome::Inconclusive, String::new())
-    };
+    let (outcome, why) = judge(&planned, &t, improved);
     Ok(Confirmation {
         outcome,
         change_pct: Some(t.change_pct),
@@ -349,13 +430,10 @@ pub fn text(confirmations: &[Confirmation]) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<11} {:<15} expected {:+.0}% of p{} ({} → {}), {measured}: {}",
-            c.planned.cause.name(),
+            "  {:<11} {:<15} expected {}, {measured}: {}",
+            c.planned.name(),
             format!("{:?}", c.outcome).to_lowercase(),
-            c.planned.expected_change_pct,
-            c.planned.percentile,
-            fmt_ns(c.planned.now_ns),
-            fmt_ns(c.planned.expected_ns),
+            c.planned.prediction(),
             c.verdict
         );
     }
@@ -371,19 +449,16 @@ pub fn plan_text(plans: &[Planned], pid: u32, load_url: &str, rate: f64) -> Stri
             Plan::Knob { knob, needs } => {
                 let _ = writeln!(
                     out,
-                    "{}: expect p{} {} → {} ({:+.0}%)\n  correlator experiment --pid {pid} --load {load_url} --rate {rate:.0} --knob {knob} --reps auto{}",
-                    p.cause,
-                    p.percentile,
-                    fmt_ns(p.now_ns),
-                    fmt_ns(p.expected_ns),
-                    p.expected_change_pct,
+                    "{}: expect {}\n  correlator experiment --pid {pid} --load {load_url} --rate {rate:.0} --knob {knob} --reps auto{}",
+                    p.name(),
+                    p.prediction(),
                     needs
                         .as_ref()
                         .map_or(String::new(), |n| format!("\n  (with run --confirm: {n})"))
                 );
             }
             Plan::NotConfirmable { reason } => {
-                let _ = writeln!(out, "{}: {reason}", p.cause);
+                let _ = writeln!(out, "{}: {reason}", p.name());
             }
         }
     }

@@ -1,8 +1,11 @@
-//! `run --confirm` against a known cause: the demo server on CPU 1 with a
-//! CPU hog bursting on the same CPU. With the hog allowed to be stopped,
-//! preemption is confirmed with the hog named, and the whole command
-//! (run + experiments) ends within 3 minutes; without --allow-stop the hog
-//! is never stopped. Needs root + BPF (fails, not skips, with CI=true).
+//! `run --confirm` against known causes: a CPU hog bursting on the demo
+//! server's CPU (preemption: confirmed with the hog named when stopping it
+//! is allowed, never stopped when it is not), loopback receive work
+//! steered to the server's CPU (softirq: confirmed by steering it away),
+//! the server hopping CPUs itself (migrations: confirmed by a cpuset), and
+//! a harmless sleeper offered as a candidate (a decoy: never confirmed).
+//! Each whole command (run + experiments) ends within 3 minutes. Needs
+//! root + BPF (fails, not skips, with CI=true).
 
 use std::{
     process::Command,
@@ -17,15 +20,41 @@ use serde_json::Value;
 
 use crate::util::{BIN, Proc, demo_server, scratch};
 
-fn run_confirm(extra: &[&str], dir: &std::path::Path) -> (Value, u32, bool, Duration) {
-    let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
-    let hog = Proc(
-        Command::new(BIN)
-            .args(["demo-hog", "--cpu", "1"])
-            .spawn()
-            .expect("hog"),
-    );
-    let hog_pid = hog.0.id();
+/// Runs the demo server (`scenario`, CPU 1, injector on CPU 0), with the
+/// demo hog on CPU 1 if `hog`, under `run --confirm EXTRA...`; returns the
+/// report, the hog's pid, whether the hog was ever stopped, and how long
+/// the command took.
+fn run_confirm(
+    scenario: &str,
+    hog: bool,
+    extra: &[&str],
+    dir: &std::path::Path,
+) -> (Value, u32, bool, Duration) {
+    let (server, addr) = demo_server(&[
+        "--scenario",
+        scenario,
+        "--cpu",
+        "1",
+        "--injector-cpu",
+        "0",
+        "--every",
+        if scenario == "softirq" {
+            "250ms"
+        } else {
+            "500ms"
+        },
+    ]);
+    // Bursts every ~250 ms (the default ~425 ms left some 10 s runs with
+    // too few spikes to claim any cause, and so nothing to confirm).
+    let hog = hog.then(|| {
+        Proc(
+            Command::new(BIN)
+                .args(["demo-hog", "--cpu", "1", "--pause-max-ms", "350"])
+                .spawn()
+                .expect("hog"),
+        )
+    });
+    let hog_pid = hog.as_ref().map_or(0, |h| h.0.id());
     // Watch the hog the whole time: was it ever stopped (state T)?
     let (done, stopped) = (
         Arc::new(AtomicBool::new(false)),
@@ -34,7 +63,7 @@ fn run_confirm(extra: &[&str], dir: &std::path::Path) -> (Value, u32, bool, Dura
     let watcher = {
         let (done, stopped) = (Arc::clone(&done), Arc::clone(&stopped));
         std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
+            while hog_pid != 0 && !done.load(Ordering::Relaxed) {
                 let status =
                     std::fs::read_to_string(format!("/proc/{hog_pid}/status")).unwrap_or_default();
                 if status.contains("State:\tT") {
@@ -56,7 +85,7 @@ fn run_confirm(extra: &[&str], dir: &std::path::Path) -> (Value, u32, bool, Dura
             "--duration",
             "10s",
         ])
-        .args(["--warmup", "1s", "--confirm", "1", "--state-file"])
+        .args(["--warmup", "1s", "--state-file"])
         .arg(dir.join("state"))
         .arg("--out")
         .arg(&out)
@@ -81,10 +110,117 @@ fn confirmation<'a>(report: &'a Value, cause: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {cause} in {}", report["confirmation"]))
 }
 
+/// Loopback's receive steering (every rx queue's `rps_cpus`) set for the
+/// test and put back when dropped, as the demo suite does for softirq.
+struct Rps(Vec<(std::path::PathBuf, String)>);
+
+impl Rps {
+    fn steer_lo_to(mask: &str) -> Self {
+        let saved = std::fs::read_dir("/sys/class/net/lo/queues")
+            .expect("lo queues")
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("rps_cpus"))
+            .filter(|p| p.exists())
+            .map(|p| {
+                let old = std::fs::read_to_string(&p).expect("rps_cpus");
+                std::fs::write(&p, mask).expect("steer lo");
+                (p, old.trim().to_string())
+            })
+            .collect();
+        Self(saved)
+    }
+}
+
+impl Drop for Rps {
+    fn drop(&mut self) {
+        for (p, old) in &self.0 {
+            let _ = std::fs::write(p, old);
+        }
+    }
+}
+
+/// The confirmed cause's outcome, with the run's context on failure.
+fn assert_confirmed(report: &Value, cause: &str, knob_prefix: &str, took: Duration) {
+    let c = confirmation(report, cause);
+    eprintln!("{c}\ntook {took:?}");
+    assert_eq!(
+        c["outcome"], "confirmed",
+        "{c}\ncauses: {}",
+        report["classification"]["causes"]
+    );
+    let knob = c["plan"]["knob"].as_str().expect("knob");
+    assert!(knob.starts_with(knob_prefix), "{c}");
+    assert!(
+        took < Duration::from_secs(180),
+        "run --confirm took {took:?}"
+    );
+}
+
+live_test! {
+    fn softirq_steered_to_the_server_is_confirmed_by_steering_it_away() {
+        let dir = scratch("confirm-softirq");
+        let _rps = Rps::steer_lo_to("2");
+        let (report, _, _, took) = run_confirm("softirq", false, &["--confirm", "1"], &dir);
+        assert_confirmed(&report, "softirq", "rps=lo:", took);
+        drop(_rps);
+    }
+}
+
+live_test! {
+    fn migrations_the_server_makes_itself_are_confirmed_by_a_cpuset() {
+        let dir = scratch("confirm-migrations");
+        let (report, _, _, took) = run_confirm("migrations", false, &["--confirm", "1"], &dir);
+        assert_confirmed(&report, "migrations", "cpuset=", took);
+        let left: Vec<_> = std::fs::read_dir("/sys/fs/cgroup/cpuset")
+            .map(|d| d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("correlator-"))
+                .collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "the cpuset is removed after the experiment");
+    }
+}
+
+live_test! {
+    /// A sleeping process on the other CPU, offered as a candidate and
+    /// allowed to be stopped: stopping it changes nothing, so it is
+    /// refuted or inconclusive, never confirmed.
+    fn a_harmless_decoy_is_never_confirmed() {
+        let dir = scratch("confirm-decoy");
+        let decoy = Proc(
+            Command::new("taskset")
+                .args(["-c", "0", "sleep", "600"])
+                .spawn()
+                .expect("decoy"),
+        );
+        let pid = decoy.0.id().to_string();
+        let candidate = format!("stop={pid}");
+        let (report, _, _, _) = run_confirm(
+            "none",
+            true,
+            &["--confirm", "0", "--allow-stop", &pid, "--candidate", &candidate],
+            &dir,
+        );
+        let c = report["confirmation"]
+            .as_array()
+            .expect("confirmation[]")
+            .iter()
+            .find(|c| c["plan"]["knob"] == candidate.as_str())
+            .unwrap_or_else(|| panic!("no decoy in {}", report["confirmation"]));
+        eprintln!("{c}");
+        assert!(c["cause"].is_null(), "a candidate, not a cause: {c}");
+        assert!(
+            c["outcome"] == "refuted" || c["outcome"] == "inconclusive",
+            "the decoy must not be confirmed: {c}"
+        );
+        assert!(c["reps_per_arm"].as_u64().expect("reps") >= 5, "it was measured: {c}");
+    }
+}
+
 live_test! {
     fn preemption_by_a_hog_is_confirmed_when_stopping_it_is_allowed() {
         let dir = scratch("confirm-allowed");
-        let (report, hog_pid, stopped, took) = run_confirm(&["--allow-stop", "demo-hog"], &dir);
+        let (report, hog_pid, stopped, took) =
+            run_confirm("none", true, &["--confirm", "1", "--allow-stop", "demo-hog"], &dir);
         let c = confirmation(&report, "preemption");
         eprintln!("{c}\ntook {took:?}");
         assert_eq!(c["outcome"], "confirmed", "{c}");
@@ -98,7 +234,7 @@ live_test! {
 live_test! {
     fn without_allow_stop_no_process_is_stopped() {
         let dir = scratch("confirm-denied");
-        let (report, _, stopped, _) = run_confirm(&[], &dir);
+        let (report, _, stopped, _) = run_confirm("none", true, &["--confirm", "1"], &dir);
         assert!(!stopped, "the hog was stopped without --allow-stop");
         let c = confirmation(&report, "preemption");
         assert_eq!(c["outcome"], "not_allowed", "{c}");

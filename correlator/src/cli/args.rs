@@ -279,6 +279,10 @@ pub struct RunArgs {
     /// report each confirmed / refuted / inconclusive. Default N: 2.
     #[arg(long, num_args = 0..=1, default_missing_value = "2", value_name = "N")]
     pub confirm: Option<usize>,
+    /// With --confirm: also test this knob (e.g. stop=PID of a suspect the
+    /// analysis did not name), judged by the experiment alone. Repeatable.
+    #[arg(long, value_name = "KNOB", requires = "confirm")]
+    pub candidate: Vec<String>,
     /// Let --confirm stop this process (PID or comm) for its treatment
     /// arm; without it, no process is ever stopped. Repeatable.
     #[arg(long, value_name = "PID|COMM")]
@@ -438,7 +442,9 @@ pub struct ExperimentArgs {
     /// Offered rate, requests per second.
     #[arg(long, short, default_value_t = 5000.0)]
     pub rate: f64,
-    /// The one variable changed for B: thp=…, pin=…, irq-affinity=IRQ:CPUS, rps=DEV:CPUS, stop=PID, probes=off.
+    /// The one variable changed for B: thp=…, pin=CPUS, cpuset=CPUS (a cpuset cgroup: even the
+    /// server's own affinity calls cannot leave it), irq-affinity=IRQ:CPUS, rps=DEV:CPUS,
+    /// stop=PID, probes=off.
     #[arg(long, conflicts_with_all = ["apply", "revert"])]
     pub knob: Option<String>,
     /// A user command that applies the change (with --revert).

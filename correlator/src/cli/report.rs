@@ -62,7 +62,7 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
             .first()
             .and_then(|p| p.rate)
             .unwrap_or(1000.0);
-        let plans = crate::confirm::plan(&report, run.target.pid);
+        let plans = crate::confirm::plan(&report, run.target.pid, url);
         print!(
             "{}",
             crate::confirm::plan_text(&plans, run.target.pid, url, rate)

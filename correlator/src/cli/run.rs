@@ -20,6 +20,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     if load.cpus.is_none() {
         load.cpus = crate::run::cpus_away_from(args.pid);
     }
+    // Before attaching: a bad --candidate is one line, not a failure after
+    // the run.
+    for c in &args.candidate {
+        crate::experiment::knobs::Knob::parse(c)?;
+    }
     let confirm_load = load.clone();
     let opts = crate::run::RunOptions {
         pid: args.pid,
@@ -37,9 +42,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             &report,
             args.pid,
             &confirm_load,
-            n,
-            &args.allow_stop,
-            &args.state_file,
+            &crate::confirm::Request {
+                count: n,
+                candidates: &args.candidate,
+                allow_stop: &args.allow_stop,
+                state_file: &args.state_file,
+            },
             |line| eprintln!("{line}"),
         )?;
         // The report's views again, now with the confirmations.

@@ -28,6 +28,10 @@ pub enum Knob {
     Rps { dev: String, cpus: Vec<usize> },
     /// SIGSTOP a neighbour for the treatment, SIGCONT after.
     Stop(u32),
+    /// All the target's threads confined to a fresh cpuset cgroup with
+    /// these CPUs: unlike `pin`, the thread's own sched_setaffinity cannot
+    /// leave it, so even migrations the server causes itself stop.
+    Cpuset(Vec<usize>),
     /// correlator's own probes detached for the treatment (attached for the baseline).
     ProbesOff,
     /// A pair of user commands.
@@ -77,13 +81,20 @@ impl Knob {
                     cpus,
                 }
             }
+            "cpuset" => Knob::Cpuset(
+                parse_cpu_list(v)
+                    .filter(|c| !c.is_empty())
+                    .with_context(|| format!("knob cpuset={v}: expected a CPU list like 1"))?,
+            ),
             "stop" => Knob::Stop(
                 v.parse()
                     .with_context(|| format!("knob stop={v}: expected a PID"))?,
             ),
             "probes" if v == "off" => Knob::ProbesOff,
             other => {
-                bail!("unknown knob {other:?}: one of thp, pin, irq-affinity, rps, stop, probes")
+                bail!(
+                    "unknown knob {other:?}: one of thp, pin, cpuset, irq-affinity, rps, stop, probes"
+                )
             }
         })
     }
@@ -95,6 +106,7 @@ impl Knob {
             Knob::IrqAffinity { irq, cpus } => format!("IRQ {irq} on CPUs {cpus}"),
             Knob::Rps { dev, cpus } => format!("{dev} receive work steered to CPUs {cpus:?}"),
             Knob::Stop(pid) => format!("PID {pid} stopped"),
+            Knob::Cpuset(c) => format!("server confined to a cpuset of CPUs {c:?}"),
             Knob::ProbesOff => "correlator's probes detached".into(),
             Knob::Command { apply, .. } => format!("`{apply}`"),
         }
@@ -121,6 +133,14 @@ pub enum Saved {
     },
     Stop {
         pid: u32,
+    },
+    /// The cpuset made (`dir`), where each thread was (its cpuset path
+    /// under `root`) and its affinity: moving a thread between cpusets
+    /// resets its affinity, so both go back.
+    Cpuset {
+        root: String,
+        dir: String,
+        threads: Vec<(u32, String, Vec<usize>)>,
     },
     Command {
         revert: String,
@@ -167,6 +187,39 @@ fn cpu_mask(cpus: &[usize]) -> String {
         .map(|w| format!("{w:08x}"))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The cpuset hierarchy: cgroup v1's `cpuset` mount, or the v2 root when
+/// it offers the cpuset controller.
+fn cpuset_root() -> Result<String> {
+    for root in ["/sys/fs/cgroup/cpuset", "/sys/fs/cgroup"] {
+        if Path::new(&format!("{root}/cpuset.cpus")).exists()
+            || fs::read_to_string(format!("{root}/cgroup.controllers"))
+                .is_ok_and(|c| c.split_whitespace().any(|x| x == "cpuset"))
+        {
+            return Ok(root.into());
+        }
+    }
+    bail!("no cpuset cgroup hierarchy (neither /sys/fs/cgroup/cpuset nor cgroup v2 with cpuset)")
+}
+
+/// A thread's cpuset path relative to the hierarchy ("/" for the root).
+fn cpuset_of(tid: u32) -> Result<String> {
+    let v1 = fs::read_to_string(format!("/proc/{tid}/cpuset"))
+        .with_context(|| format!("cannot read the cpuset of thread {tid}"))?;
+    Ok(v1.trim().to_string())
+}
+
+/// Moves a thread into the cpuset at `dir` (v1 `tasks`; v2 moves whole
+/// processes, through `cgroup.procs`).
+fn move_to_cpuset(dir: &str, tid: u32) -> Result<()> {
+    let file = if Path::new(&format!("{dir}/tasks")).exists() {
+        format!("{dir}/tasks")
+    } else {
+        format!("{dir}/cgroup.procs")
+    };
+    fs::write(&file, tid.to_string())
+        .with_context(|| format!("cannot move thread {tid} into {dir}"))
 }
 
 fn signal(pid: u32, sig: libc::c_int) -> Result<()> {
@@ -224,6 +277,18 @@ pub fn prepare(knob: &Knob, target: &Target) -> Result<Saved> {
             Saved::Rps { queues }
         }
         Knob::Stop(pid) => Saved::Stop { pid: *pid },
+        Knob::Cpuset(_) => {
+            let root = cpuset_root()?;
+            let mut threads = Vec::new();
+            for (_, tid) in target.threads(false) {
+                threads.push((tid, cpuset_of(tid)?, affinity(tid)?));
+            }
+            Saved::Cpuset {
+                dir: format!("{root}/correlator-{}", target.pid),
+                root,
+                threads,
+            }
+        }
         Knob::ProbesOff => Saved::Nothing,
         Knob::Command { revert, .. } => Saved::Command {
             revert: revert.clone(),
@@ -257,6 +322,24 @@ pub fn change(knob: &Knob, saved: &Saved) -> Result<()> {
             }
         }
         (Knob::Stop(pid), _) => signal(*pid, libc::SIGSTOP)?,
+        (Knob::Cpuset(cpus), Saved::Cpuset { root, dir, threads }) => {
+            if !Path::new(dir).exists() {
+                // v2: the controller must be on for the root's children.
+                let _ = fs::write(format!("{root}/cgroup.subtree_control"), "+cpuset");
+                fs::create_dir(dir).with_context(|| format!("cannot create the cpuset {dir}"))?;
+            }
+            let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+            // v1 needs the memory nodes before any task may join.
+            let mems = fs::read_to_string(format!("{root}/cpuset.mems"))
+                .or_else(|_| fs::read_to_string(format!("{root}/cpuset.mems.effective")))
+                .unwrap_or_else(|_| "0".into());
+            let _ = fs::write(format!("{dir}/cpuset.mems"), mems.trim());
+            fs::write(format!("{dir}/cpuset.cpus"), list.join(","))
+                .with_context(|| format!("cannot set {dir}/cpuset.cpus"))?;
+            for (tid, _, _) in threads {
+                move_to_cpuset(dir, *tid)?;
+            }
+        }
         (Knob::ProbesOff, _) => {}
         (Knob::Command { apply, .. }, _) => shell(apply)?,
         (knob, saved) => bail!("knob {knob:?} does not match its saved state {saved:?}"),
@@ -317,6 +400,29 @@ pub fn restore(saved: &Saved) -> Result<()> {
             }
             Ok(())
         }
+        Saved::Cpuset { root, dir, threads } => {
+            // Threads back where they were, with their affinity; threads
+            // born inside the cpuset go where the first thread came from.
+            let home = threads.first().map_or("/".to_string(), |t| t.1.clone());
+            let back = |path: &str| format!("{root}{}", if path == "/" { "" } else { path });
+            for (tid, path, cpus) in threads {
+                if Path::new(&format!("/proc/{tid}")).exists() {
+                    move_to_cpuset(&back(path), *tid)
+                        .and_then(|()| set_affinity(*tid, cpus))
+                        .map_err(|e| manual(format!("echo {tid} > {}/tasks", back(path)), e))?;
+                }
+            }
+            if Path::new(dir).exists() {
+                let born = fs::read_to_string(format!("{dir}/tasks"))
+                    .or_else(|_| fs::read_to_string(format!("{dir}/cgroup.procs")))
+                    .unwrap_or_default();
+                for tid in born.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                    let _ = move_to_cpuset(&back(&home), tid);
+                }
+                fs::remove_dir(dir).map_err(|e| manual(format!("rmdir {dir}"), e.into()))?;
+            }
+            Ok(())
+        }
         Saved::Command { revert } => shell(revert).map_err(|e| manual(revert.clone(), e)),
         Saved::Nothing => Ok(()),
     }
@@ -341,6 +447,10 @@ mod tests {
         );
         assert_eq!(Knob::parse("pin=0-1").expect("pin"), Knob::Pin(vec![0, 1]));
         assert_eq!(Knob::parse("stop=42").expect("stop"), Knob::Stop(42));
+        assert_eq!(
+            Knob::parse("cpuset=1").expect("cpuset"),
+            Knob::Cpuset(vec![1])
+        );
         assert_eq!(
             Knob::parse("rps=lo:1").expect("rps"),
             Knob::Rps {

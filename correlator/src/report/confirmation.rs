@@ -21,18 +21,52 @@ pub enum Plan {
     NotConfirmable { reason: String },
 }
 
-/// One planned experiment: the cause, its knob, and what should happen.
+/// One planned experiment: the cause (or a candidate the user offered),
+/// its knob, and what should happen.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Planned {
-    pub cause: CauseKind,
+    /// The report's cause this tests; None for a user's `--candidate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<CauseKind>,
     pub plan: Plan,
-    /// The percentile that should move (the report's), its value now and
-    /// its predicted value without the cause (from the account).
+    /// The percentile that should move (the report's) and its value now.
     pub percentile: f64,
     pub now_ns: u64,
-    pub expected_ns: u64,
-    /// The predicted change in percent (negative: an improvement).
-    pub expected_change_pct: f64,
+    /// Its predicted value without the cause (from the account), and the
+    /// change in percent (negative: an improvement). None for a
+    /// candidate: the account implicates nothing, the experiment decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_change_pct: Option<f64>,
+}
+
+impl Planned {
+    /// The cause's name, or "candidate KNOB".
+    pub fn name(&self) -> String {
+        match (&self.cause, &self.plan) {
+            (Some(c), _) => c.name().to_string(),
+            (None, Plan::Knob { knob, .. }) => format!("candidate {knob}"),
+            (None, Plan::NotConfirmable { .. }) => "candidate".into(),
+        }
+    }
+
+    /// "−64% (1.33ms → 477.7µs)", or "not predicted".
+    pub fn prediction(&self) -> String {
+        match (self.expected_change_pct, self.expected_ns) {
+            (Some(pct), Some(ns)) => format!(
+                "{pct:+.0}% of p{} ({} → {})",
+                self.percentile,
+                fmt_ns(self.now_ns),
+                fmt_ns(ns)
+            ),
+            _ => format!(
+                "not predicted (p{} now {})",
+                self.percentile,
+                fmt_ns(self.now_ns)
+            ),
+        }
+    }
 }
 
 /// The outcome of one confirming experiment.
@@ -74,9 +108,9 @@ pub struct Confirmation {
     pub verdict: String,
 }
 
-/// The headline of a confirmed cause, e.g. "confirmed: preemption — PID 12
-/// stopped cut p99 from 4.7 ms to 0.3 ms (−94%, CI −96..−90%)".
 impl Confirmation {
+    /// The headline of a confirmed cause, e.g. "confirmed: preemption —
+    /// stop=12 cut p99 from 4.7 ms to 0.3 ms (−94%, CI −96..−90%)".
     pub fn headline(&self) -> Option<String> {
         let c = self;
         if c.outcome != Outcome::Confirmed {
@@ -85,8 +119,8 @@ impl Confirmation {
         let (a, b) = (c.median_a_ns?, c.median_b_ns?);
         let (lo, hi) = c.ci_pct?;
         Some(format!(
-            "confirmed: {} — {} cut p{} from {} to {} ({:+.0}%, CI {:+.0}..{:+.0}%); the account predicted {:+.0}%",
-            c.planned.cause,
+            "confirmed: {} — {} cut p{} from {} to {} ({:+.0}%, CI {:+.0}..{:+.0}%); the account predicted {}",
+            c.planned.name(),
             match &c.planned.plan {
                 Plan::Knob { knob, .. } => knob.as_str(),
                 Plan::NotConfirmable { .. } => "?",
@@ -97,7 +131,9 @@ impl Confirmation {
             c.change_pct.unwrap_or(0.0),
             lo,
             hi,
-            c.planned.expected_change_pct
+            c.planned
+                .expected_change_pct
+                .map_or("nothing (a candidate)".into(), |p| format!("{p:+.0}%"))
         ))
     }
 }

@@ -487,11 +487,10 @@ fn confirmation_section(r: &Report) -> String {
         };
         let _ = write!(
             rows,
-            r#"<tr><td>{}</td><td style="color:{color};font-weight:bold">{}</td><td>{:+.0}% of p{}</td><td>{measured}</td><td>{}</td></tr>"#,
-            c.planned.cause,
+            r#"<tr><td>{}</td><td style="color:{color};font-weight:bold">{}</td><td>{}</td><td>{measured}</td><td>{}</td></tr>"#,
+            esc(&c.planned.name()),
             esc(&format!("{:?}", c.outcome).to_lowercase()),
-            c.planned.expected_change_pct,
-            c.planned.percentile,
+            esc(&c.planned.prediction()),
             esc(&c.verdict)
         );
     }

@@ -682,33 +682,27 @@ fn write_interval<W: Write>(
             format!("Runnable ({what}; {} ran)", o.next_comm)
         }
     };
-    let blocked_end = (start + o.blocked_ns).min(o.end_ns);
-    if o.preempted || o.blocked_ns == 0 {
-        let name = if o.preempted {
-            waiting("preempted")
+    // The first slice: the whole interval when it only waited for a CPU,
+    // else its blocked part (a Runnable slice for the wait after the
+    // wake-up follows).
+    let (first_end, name) = if o.preempted || o.blocked_ns == 0 {
+        let what = if o.preempted {
+            "preempted"
         } else {
-            waiting("waiting for a CPU")
+            "waiting for a CPU"
         };
-        return w.slice(
-            start,
-            o.end_ns,
-            track,
-            TrackEvent {
-                name: Some(name),
-                debug_annotations: args,
-                terminating_flow_ids: terminating,
-                ..Default::default()
-            },
-        );
-    }
-    let what = syscall.as_deref().unwrap_or("no syscall");
-    let name = match o.site {
-        Site::Idle => format!("Idle ({what})"),
-        site => format!("Blocked ({}: {what})", site.name()),
+        (o.end_ns, waiting(what))
+    } else {
+        let what = syscall.as_deref().unwrap_or("no syscall");
+        let name = match o.site {
+            Site::Idle => format!("Idle ({what})"),
+            site => format!("Blocked ({}: {what})", site.name()),
+        };
+        ((start + o.blocked_ns).min(o.end_ns), name)
     };
     w.slice(
         start,
-        blocked_end,
+        first_end,
         track,
         TrackEvent {
             name: Some(name),
@@ -717,9 +711,9 @@ fn write_interval<W: Write>(
             ..Default::default()
         },
     )?;
-    if blocked_end < o.end_ns {
+    if first_end < o.end_ns {
         w.slice(
-            blocked_end,
+            first_end,
             o.end_ns,
             track,
             TrackEvent {

@@ -356,6 +356,14 @@ fn not_run(planned: Planned, outcome: Outcome, verdict: String) -> Confirmation 
     }
 }
 
+/// The percentile of p50 / p99 / p99.9 nearest to `p`.
+fn nearest_tested(p: f64) -> f64 {
+    [50.0, 99.0, 99.9]
+        .into_iter()
+        .min_by(|a: &f64, b: &f64| (a - p).abs().total_cmp(&(b - p).abs()))
+        .unwrap_or(99.0)
+}
+
 fn confirm_one(
     planned: Planned,
     knob: Knob,
@@ -379,6 +387,8 @@ fn confirm_one(
         state_file: state_file.to_path_buf(),
         seed: 1,
         probes: ProbeConfig::default(),
+        // The nearest tested percentile to the report's decides.
+        decide_on: Some(nearest_tested(planned.percentile)),
     };
     let result = experiment::run(&opts, |_, _| {}, |_, _| {})?;
     // The experiment tests p50, p99 and p99.9; the plan's percentile (or

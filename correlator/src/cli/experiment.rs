@@ -55,6 +55,7 @@ pub fn run(args: &ExperimentArgs) -> Result<ExitCode> {
             passive: args.passive.source()?,
             ..crate::probes::ProbeConfig::default()
         },
+        decide_on: None,
     };
     print_plan(&opts);
     let result = experiment::run(

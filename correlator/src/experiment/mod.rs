@@ -80,6 +80,10 @@ pub struct ExperimentOptions {
     pub seed: u64,
     /// What probes=off detaches (the event probes, plus any passive source).
     pub probes: ProbeConfig,
+    /// `--reps auto`: stop once this percentile is answered (None: once
+    /// every tested percentile is). A confirming experiment cares about the
+    /// report's percentile only, and p50 can take the longest to settle.
+    pub decide_on: Option<f64>,
 }
 
 /// How many repetitions an experiment runs.
@@ -437,7 +441,14 @@ pub fn run(
         if INTERRUPTED.load(Ordering::Relaxed) {
             bail!("interrupted; settings restored");
         }
-        let look = judge_look(&reps, &design, k, opts.min_change_pct, opts.seed);
+        let look = judge_look(
+            &reps,
+            &design,
+            k,
+            opts.min_change_pct,
+            opts.seed,
+            opts.decide_on,
+        );
         on_look(&look, &design);
         let stop = look.stop.is_some();
         last = Some(look);
@@ -467,6 +478,7 @@ pub fn judge_look(
     k: usize,
     min_change_pct: Option<f64>,
     seed: u64,
+    decide_on: Option<f64>,
 ) -> Look {
     let n = reps.len() / 2;
     let mut notes = Vec::new();
@@ -534,10 +546,14 @@ pub fn judge_look(
         !stats::meaningful(t.ci_low_pct, t.min_change_pct)
             && !stats::meaningful(t.ci_high_pct, t.min_change_pct)
     };
-    let answered = !tests.is_empty() && tests.iter().all(|t| is_significant(t) || settled(t));
+    let deciding: Vec<&Test> = tests
+        .iter()
+        .filter(|t| decide_on.is_none_or(|p| t.percentile == p))
+        .collect();
+    let answered = !deciding.is_empty() && deciding.iter().all(|t| is_significant(t) || settled(t));
     let stop = if design.looks.len() == 1 {
         Some(Stop::Fixed)
-    } else if answered && tests.iter().any(is_significant) {
+    } else if answered && deciding.iter().any(|t| is_significant(t)) {
         Some(Stop::Significant)
     } else if answered {
         Some(Stop::NoMeaningfulChange)
@@ -788,6 +804,7 @@ mod tests {
             state_file,
             seed: 1,
             probes: ProbeConfig::default(),
+            decide_on: None,
         }
     }
 
@@ -876,7 +893,7 @@ mod tests {
                     });
                 }
             }
-            let look = judge_look(&reps, design, k, Some(0.0), seed);
+            let look = judge_look(&reps, design, k, Some(0.0), seed, None);
             if look.stop.is_some() {
                 return (look, k);
             }

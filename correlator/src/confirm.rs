@@ -55,6 +55,16 @@ fn cpu_list(cpus: &[usize]) -> String {
         .join(",")
 }
 
+/// The percentile the report leads with (its families' impact), 99 when
+/// it has none.
+fn report_percentile(report: &Report) -> f64 {
+    report
+        .families
+        .first()
+        .and_then(|f| f.impact.as_ref())
+        .map_or(99.0, |i| i.percentile)
+}
+
 /// Whether a load URL's host is this machine's loopback.
 pub fn is_loopback(url: &str) -> bool {
     let host = url.split("://").nth(1).unwrap_or(url);
@@ -66,11 +76,7 @@ pub fn is_loopback(url: &str) -> bool {
 pub fn plan(report: &Report, pid: u32, load_url: &str) -> Vec<Planned> {
     let loopback = is_loopback(load_url);
     let cpus = server_cpus(pid);
-    let percentile = report
-        .families
-        .first()
-        .and_then(|f| f.impact.as_ref())
-        .map_or(99.0, |i| i.percentile);
+    let percentile = report_percentile(report);
     report
         .classification
         .causes
@@ -234,11 +240,7 @@ pub struct Request<'a> {
 fn candidate(report: &Report, knob: &str) -> Result<Planned> {
     let parsed = Knob::parse(knob)?;
     let needs = matches!(parsed, Knob::Stop(_)).then(|| format!("--allow-stop for {knob}"));
-    let percentile = report
-        .families
-        .first()
-        .and_then(|f| f.impact.as_ref())
-        .map_or(99.0, |i| i.percentile);
+    let percentile = report_percentile(report);
     Ok(Planned {
         cause: None,
         plan: Plan::Knob {
@@ -371,6 +373,9 @@ fn confirm_one(
     load: &LoadOptions,
     state_file: &std::path::Path,
 ) -> Result<Confirmation> {
+    // The experiment tests p50, p99 and p99.9: the one nearest the
+    // report's percentile decides when to stop and what the outcome is.
+    let decide = nearest_tested(planned.percentile);
     let mut load = load.clone();
     load.rates.truncate(1);
     load.duration = REP_LENGTH;
@@ -387,28 +392,21 @@ fn confirm_one(
         state_file: state_file.to_path_buf(),
         seed: 1,
         probes: ProbeConfig::default(),
-        // The nearest tested percentile to the report's decides.
-        decide_on: Some(nearest_tested(planned.percentile)),
+        decide_on: Some(decide),
     };
     let result = experiment::run(&opts, |_, _| {}, |_, _| {})?;
-    // The experiment tests p50, p99 and p99.9; the plan's percentile (or
-    // the nearest tested one) decides.
-    let test = result
+    let Some(t) = result
         .tests
         .iter()
-        .min_by(|a, b| {
-            (a.percentile - planned.percentile)
-                .abs()
-                .total_cmp(&(b.percentile - planned.percentile).abs())
-        })
-        .cloned();
-    let Some(t) = test else {
+        .find(|t| t.percentile == decide)
+        .cloned()
+    else {
         return Ok(Confirmation {
             reps_per_arm: result.design.stopped_after,
             ..not_run(
                 planned,
                 Outcome::Inconclusive,
-                "no percentile could be tested (too few samples per repetition)".into(),
+                format!("p{decide} could not be tested (too few samples per repetition)"),
             )
         });
     };

@@ -79,34 +79,20 @@ fn bad_uprobe_specs() {
 #[test]
 fn run_validates_before_attaching() {
     let me = std::process::id().to_string();
+    let run = [
+        "run",
+        "--pid",
+        &me,
+        "--load",
+        "tcp://127.0.0.1:1",
+        "--rate",
+        "100",
+        "--duration",
+        "2s",
+    ];
     fails_with(
-        &[
-            "run",
-            "--pid",
-            &me,
-            "--load",
-            "tcp://127.0.0.1:1",
-            "--rate",
-            "100",
-            "--duration",
-            "2s",
-            "--warmup",
-            "3s",
-        ],
+        &[&run[..], &["--warmup", "3s"]].concat(),
         "--warmup must be shorter than --duration",
     );
-    fails_with(
-        &[
-            "run",
-            "--pid",
-            &me,
-            "--load",
-            "tcp://127.0.0.1:1",
-            "--rate",
-            "100",
-            "--duration",
-            "2s",
-        ],
-        "is the server listening?",
-    );
+    fails_with(&run, "is the server listening?");
 }

@@ -11,7 +11,7 @@ TOOLCHAIN=1.98
 LLVM=22
 BPF_LINKER_VERSION=0.13.0
 # Debian packages used by the tests and benchmarks (real servers and reference tools).
-TEST_PACKAGES=(redis-server memcached nginx-light stress-ng linux-perf bpftrace wrk)
+TEST_PACKAGES=(redis-server memcached nginx-light stress-ng linux-perf bpftrace wrk prometheus)
 
 say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 
@@ -41,7 +41,7 @@ apt_install "llvm-${LLVM}-dev" "libpolly-${LLVM}-dev" build-essential pkg-config
 
 # Debian starts these services on install; tests start their own instances on
 # private ports, so the system-wide ones are stopped to keep the 2-core VM quiet.
-for svc in redis-server memcached nginx; do
+for svc in redis-server memcached nginx prometheus; do
     if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
         say "stopping system-wide $svc (tests run their own instances)"
         systemctl stop "$svc" || true

@@ -111,6 +111,57 @@ fn attach_trial() -> Result<String, String> {
     ))
 }
 
+/// `watch` and `--syscalls` read other processes' descriptors and maps:
+/// root or CAP_SYS_PTRACE (19); not needed for a server of the same user.
+fn read_other_processes() -> Result<String, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return Ok("running as root".into());
+    }
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    if caps & (1 << 19) != 0 {
+        Ok("CAP_SYS_PTRACE present".into())
+    } else {
+        Err("no CAP_SYS_PTRACE: --syscalls, watch and symbolization can only read servers of your own user".into())
+    }
+}
+
+/// `watch --syscalls`: the passive-latency programs load and attach.
+fn passive_trial() -> Result<String, String> {
+    let me = Target::from_pid(std::process::id()).map_err(|e| format!("{e:#}"))?;
+    let cfg = ProbeConfig {
+        passive: Some(crate::latency::passive::PassiveSource::Syscalls),
+        bpf_stats: false,
+        ..ProbeConfig::default()
+    };
+    let mut probes = Probes::attach(&me, &cfg).map_err(|e| format!("{e:#}"))?;
+    // watch samples the BPF statistics one second in sixty.
+    let sampled = probes.set_stats(true);
+    probes.set_stats(false);
+    Ok(format!(
+        "socket syscall probes attach; BPF statistics can be sampled: {}",
+        if sampled {
+            "yes"
+        } else {
+            "no (probe cost unknown)"
+        }
+    ))
+}
+
+/// `watch --cgroup`: a cgroup v2 hierarchy to read cgroup.procs from.
+fn cgroup_v2() -> Result<String, String> {
+    if fs::metadata("/sys/fs/cgroup/cgroup.controllers").is_ok() {
+        Ok("cgroup v2 at /sys/fs/cgroup (watch --cgroup)".into())
+    } else {
+        Err("no cgroup v2 at /sys/fs/cgroup: watch --cgroup needs the unified hierarchy (use --comm or --pid)".into())
+    }
+}
+
 /// Runs every check, in order.
 pub fn run_checks() -> Vec<Check> {
     let mut checks = vec![
@@ -130,6 +181,17 @@ pub fn run_checks() -> Vec<Check> {
             Err("skipped: fix the failures above first".into())
         },
     ));
+    checks.push(check("read other processes", false, read_other_processes()));
+    checks.push(check(
+        "passive latency (watch)",
+        false,
+        if can_try {
+            passive_trial()
+        } else {
+            Err("skipped: fix the failures above first".into())
+        },
+    ));
+    checks.push(check("cgroup v2 (watch --cgroup)", false, cgroup_v2()));
     checks
 }
 

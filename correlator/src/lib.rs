@@ -12,7 +12,7 @@
 //! - sources: probes, loadgen, symbols
 //! - run file: runfile, record
 //! - analysis: analysis
-//! - views: report, summary, doctor, experiment, run, confirm, demo
+//! - views: report, summary, doctor, experiment, run, confirm, demo, watch
 //! - cli: cli
 //!
 //! Two more rules: `stats` imports nothing from the crate (pure functions
@@ -42,3 +42,4 @@ pub mod summary;
 pub mod symbols;
 pub mod target;
 pub mod timeline;
+pub mod watch;

@@ -19,6 +19,13 @@ pub fn page_size() -> usize {
 /// written and synced, so its pages are clean and can be dropped from the
 /// page cache (for reads or faults that must go to the disk). The caller
 /// removes it.
+/// This process's resident memory (`/proc/self/statm`), bytes.
+pub fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * page_size() as u64)
+}
+
 pub fn disk_file(dir: &Path, name: &str, len: usize, byte: u8) -> Result<(File, PathBuf)> {
     let path = dir.join(format!("correlator-{name}-{}.dat", std::process::id()));
     let file = std::fs::OpenOptions::new()

@@ -168,7 +168,7 @@ pub async fn capture(
         StopReason::Interrupted => {
             notes.push(format!("recording was interrupted after {secs:.1} s"))
         }
-        StopReason::Duration => {}
+        StopReason::Duration | StopReason::Triggered => {}
     }
     if crate::probes::floor_only_requested() {
         notes.push(

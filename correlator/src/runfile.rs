@@ -33,6 +33,9 @@ pub enum StopReason {
     Duration,
     Interrupted,
     TargetExited,
+    /// `correlator watch` cut this window out of its flight recorder when
+    /// the tail spiked.
+    Triggered,
 }
 
 /// Event totals per family, under the names every output uses.

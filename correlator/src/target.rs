@@ -109,6 +109,84 @@ impl Target {
     }
 }
 
+/// How `correlator watch` names its server: a PID (watched until it
+/// exits), or a comm or cgroup (re-found when the server restarts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetSpec {
+    Pid(u32),
+    /// The process's comm (as in /proc/PID/comm, at most 15 bytes).
+    Comm(String),
+    /// A cgroup directory (v2, e.g. /sys/fs/cgroup/system.slice/redis.service).
+    Cgroup(PathBuf),
+}
+
+impl TargetSpec {
+    /// Whether a successor can be found when the target exits.
+    pub fn follows_restarts(&self) -> bool {
+        !matches!(self, TargetSpec::Pid(_))
+    }
+
+    /// The live process it names now, if any; the oldest (lowest PID of
+    /// the longest-running) when several match.
+    pub fn find(&self) -> Result<Option<Target>> {
+        let pids: Vec<u32> = match self {
+            TargetSpec::Pid(pid) => return Target::from_pid(*pid).map(Some),
+            TargetSpec::Comm(name) => processes_named(name),
+            TargetSpec::Cgroup(dir) => {
+                let procs = dir.join("cgroup.procs");
+                let text = fs::read_to_string(&procs).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot read {} ({e}): give a cgroup directory",
+                        procs.display()
+                    )
+                })?;
+                text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+            }
+        };
+        let mut found: Vec<(u64, u32)> = pids
+            .into_iter()
+            .filter(|&p| is_alive(p))
+            .filter_map(|p| Some((start_time(p)?, p)))
+            .collect();
+        found.sort_unstable();
+        Ok(found
+            .into_iter()
+            .find_map(|(_, pid)| Target::from_pid(pid).ok()))
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            TargetSpec::Pid(p) => format!("PID {p}"),
+            TargetSpec::Comm(c) => format!("comm {c:?}"),
+            TargetSpec::Cgroup(d) => format!("cgroup {}", d.display()),
+        }
+    }
+}
+
+/// User processes whose comm is `name` (only thread-group leaders).
+fn processes_named(name: &str) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            fs::read_to_string(proc_path(pid).join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .collect()
+}
+
+/// Start time of `pid` in clock ticks since boot (field 22 of stat).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(proc_path(pid).join("stat")).ok()?;
+    let close = stat.rfind(')')?;
+    stat.get(close + 1..)?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
 /// Whether `pid` exists and is not a zombie.
 pub fn is_alive(pid: u32) -> bool {
     fs::read_to_string(proc_path(pid).join("stat"))

@@ -96,3 +96,87 @@ fn run_validates_before_attaching() {
     );
     fails_with(&run, "is the server listening?");
 }
+
+/// `watch` validates everything before attaching: the server, the latency
+/// source, the windows, the report directory and the metrics port.
+#[test]
+fn watch_validates_before_attaching() {
+    let me = std::process::id().to_string();
+    let dir = scratch("watch-errors");
+    let out = dir.join("reports");
+    let out = out.to_str().expect("utf8");
+    fails_with(
+        &["watch", "--pid", "999999999", "--syscalls", "--out", out],
+        "no process with PID",
+    );
+    fails_with(
+        &[
+            "watch",
+            "--comm",
+            "no-such-server-x",
+            "--syscalls",
+            "--out",
+            out,
+        ],
+        "no process matches comm",
+    );
+    fails_with(
+        &["watch", "--pid", &me, "--out", out],
+        "watch needs server-side latency",
+    );
+    fails_with(
+        &[
+            "watch",
+            "--pid",
+            &me,
+            "--syscalls",
+            "--after",
+            "2m",
+            "--out",
+            out,
+        ],
+        "must be shorter than --keep",
+    );
+    // A clap value error (clap adds its usage hint): refused before anything runs.
+    let bad = Command::new(BIN)
+        .args([
+            "watch",
+            "--pid",
+            &me,
+            "--syscalls",
+            "--max-disk",
+            "12 parsecs",
+        ])
+        .output()
+        .expect("run correlator");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown unit \"parsecs\""));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port().to_string();
+    fails_with(
+        &[
+            "watch",
+            "--pid",
+            &me,
+            "--syscalls",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--out",
+            out,
+        ],
+        "cannot listen on",
+    );
+    let file = dir.join("a-file");
+    std::fs::write(&file, "").expect("write");
+    fails_with(
+        &[
+            "watch",
+            "--pid",
+            &me,
+            "--syscalls",
+            "--out",
+            file.to_str().expect("utf8"),
+        ],
+        "cannot create the report directory",
+    );
+}

@@ -34,3 +34,4 @@ mod probes_live;
 mod run_live;
 mod stacks_live;
 mod syscalls_live;
+mod watch_live;

@@ -105,6 +105,13 @@ pub enum Command {
                       model labelled as such."
     )]
     Latency(LatencyArgs),
+    /// Always-on flight recorder: stays attached and writes a report when the tail spikes.
+    #[command(
+        long_about = "Stays attached to a server (--pid, or --comm / --cgroup, re-attached when                       it restarts) with passive server-side latency (--syscalls or --uprobe), keeps                       the last --keep of kernel timeline and latency in bounded memory, and when                       the tail spikes (the --percentile of the last --window over --slo, or the                       analysis of the kept window naming a server cause, checked every                       --check-every) waits --after and writes the window as a run file and a                       report (JSON, HTML, optionally a Perfetto trace) into --out, one directory                       per report named by its UTC time. --listen serves OpenMetrics for                       Prometheus. Stops on SIGTERM / Ctrl-C, writing a pending report first.
+
+                      Needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to read another                       user's server): see `correlator doctor` and dist/correlator-watch.service."
+    )]
+    Watch(WatchArgs),
     /// Check that this machine can record: kernel, BTF, tracefs, privileges, attach.
     Doctor,
     /// Test helper: do known work after a line on stdin (for ground-truth tests).
@@ -380,7 +387,8 @@ impl PassiveArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// Run file written by `correlator run` (or `record`, with --latency-log).
+    /// Run file written by `correlator run` (or `record`, with --latency-log),
+    /// or a `correlator watch` directory (lists its reports).
     pub run_file: PathBuf,
     /// Latency captured at the same time elsewhere (.csv, .jsonl, .hlog).
     #[arg(long)]
@@ -662,5 +670,118 @@ impl ReportOutputs {
                 .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             percentile: Some(self.percentile),
         }
+    }
+}
+
+/// Arguments of `correlator watch`.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("server").required(true).args(["pid", "comm", "cgroup"])))]
+pub struct WatchArgs {
+    /// Server to watch, until it exits.
+    #[arg(long, short)]
+    pub pid: Option<u32>,
+    /// Server to watch by its comm (e.g. redis-server); re-attached when a
+    /// new process of that name replaces it.
+    #[arg(long)]
+    pub comm: Option<String>,
+    /// Server to watch by its cgroup directory (v2, e.g.
+    /// /sys/fs/cgroup/system.slice/redis.service); re-attached on restart.
+    #[arg(long)]
+    pub cgroup: Option<PathBuf>,
+    /// How much of the past the flight recorder keeps (and a report covers).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub keep: Duration,
+    /// After a trigger, wait this long before writing (the spike's aftermath).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub after: Duration,
+    /// Sliding window of the --slo trigger.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub window: Duration,
+    /// Write a report when the --percentile of the last --window of
+    /// requests exceeds this (e.g. 5ms). Without it, only the analysis
+    /// trigger writes reports.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub slo: Option<Duration>,
+    /// The percentile the triggers watch and reports lead with. 99.9 by
+    /// default: server-side (passive) latency sees a stall only in the
+    /// requests being served when it hit (the wait of requests queued in
+    /// the socket behind it is invisible), so a stall's share of slow
+    /// requests is small and shows further out in the tail than a
+    /// client sees it.
+    #[arg(long, default_value_t = 99.9)]
+    pub percentile: f64,
+    /// How often the kept window is analysed for a server cause.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub check_every: Duration,
+    /// Directory of reports (one subdirectory per report).
+    #[arg(long, short, default_value = "correlator-watch")]
+    pub out: PathBuf,
+    /// Reports written in any hour at most; further triggers are counted.
+    #[arg(long, default_value_t = 6)]
+    pub max_reports_per_hour: u32,
+    /// Disk the report directory may use (e.g. 500MiB, 2GiB); the oldest
+    /// reports are removed first.
+    #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
+    pub max_disk: u64,
+    /// Serve OpenMetrics (Prometheus) on this address, e.g. 127.0.0.1:9464.
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Requests the flight recorder holds at most (40 bytes each); older
+    /// ones past it are dropped and counted.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub max_requests: usize,
+    /// Also write a Perfetto trace with each report.
+    #[arg(long)]
+    pub perfetto: bool,
+    /// Stop after this long (default: until SIGTERM / Ctrl-C).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    #[command(flatten)]
+    pub probes: ProbeArgs,
+}
+
+/// `1GiB`, `500MiB`, `10MB`, `4096`: a size in bytes. Hand-written: four
+/// suffixes do not need a crate.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a size such as 500MiB or 2GiB"))?;
+    let k: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tb" => 1e12,
+        "tib" => 1024.0_f64.powi(4),
+        u => {
+            return Err(format!(
+                "{s:?}: unknown unit {u:?} (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
+            ));
+        }
+    };
+    Ok((n * k) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("500MiB"), Ok(500 << 20));
+        assert_eq!(parse_bytes("1.5 GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("10kb"), Ok(10_000));
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("GiB").is_err());
     }
 }

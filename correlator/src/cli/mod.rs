@@ -16,6 +16,7 @@ mod record;
 mod report;
 mod run;
 mod summary;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -36,6 +37,7 @@ pub fn execute(cli: Cli) -> Result<ExitCode> {
         Command::Report(a) => report::run(&a),
         Command::Merge(a) => merge::run(&a),
         Command::Latency(a) => latency::run(&a),
+        Command::Watch(a) => watch::run(&a),
         Command::Doctor => doctor::run(),
         Command::Workload(a) => helpers::workload(&a),
         Command::Testserver(a) => helpers::testserver(&a),

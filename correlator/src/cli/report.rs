@@ -11,6 +11,11 @@ use crate::{
 };
 
 pub fn run(args: &ReportArgs) -> Result<ExitCode> {
+    if args.run_file.is_dir() {
+        // A `correlator watch` directory: list its reports.
+        print!("{}", crate::watch::outdir::list_text(&args.run_file)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut run = RunFile::load(&args.run_file)?;
     if let Some(log) = &args.latency_log {
         let Some(format) = import::Format::from_path(log) else {

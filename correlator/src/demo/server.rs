@@ -65,6 +65,10 @@ pub struct DemoServerArgs {
     /// ground truth for checking what the analysis found.
     #[arg(long)]
     pub events: Option<PathBuf>,
+    /// Serve cleanly this long before injecting anything (a cause that
+    /// switches on while correlator watch is already attached).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub start_after: Duration,
 }
 
 /// The injected events as they happen, one JSON line each, written
@@ -227,7 +231,8 @@ impl Injected {
     }
 
     /// The injector: at random times (mean `every`), prepares the next event.
-    fn inject(&self, every: Duration, lock: &Mutex<()>, log: &EventLog) {
+    fn inject(&self, start_after: Duration, every: Duration, lock: &Mutex<()>, log: &EventLog) {
+        std::thread::sleep(start_after);
         let mut rng = Rng::new(u64::from(std::process::id()) ^ 0x5eed);
         let mean = u64::try_from(every.as_millis()).unwrap_or(500).max(10);
         loop {
@@ -329,12 +334,13 @@ pub fn run(args: &DemoServerArgs) -> Result<()> {
     let log = Arc::new(EventLog::create(args.events.as_deref())?);
     let lock = Arc::new(Mutex::new(()));
     {
-        let (injected, lock, log, every, cpu) = (
+        let (injected, lock, log, every, cpu, start_after) = (
             Arc::clone(&injected),
             Arc::clone(&lock),
             Arc::clone(&log),
             args.every,
             args.injector_cpu,
+            args.start_after,
         );
         std::thread::Builder::new()
             .name("demo-injector".into())
@@ -346,7 +352,7 @@ pub fn run(args: &DemoServerArgs) -> Result<()> {
                     // client-side latency, not the server's).
                     sched_idle();
                 }
-                injected.inject(every, &lock, &log);
+                injected.inject(start_after, every, &lock, &log);
             })?;
     }
     pin(args.cpu)?;
@@ -371,8 +377,9 @@ async fn serve(
     use std::io::Write as _;
     std::io::stdout().flush()?;
     if args.scenario == Scenario::Periodic {
-        let (period, mib) = (args.period, args.sweep_mib);
+        let (period, mib, start_after) = (args.period, args.sweep_mib, args.start_after);
         tokio::spawn(async move {
+            tokio::time::sleep(start_after).await;
             let mut tick = tokio::time::interval(period);
             tick.tick().await;
             loop {

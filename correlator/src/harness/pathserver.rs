@@ -67,6 +67,10 @@ pub struct PathServerArgs {
     /// JSON lines of every timed call.
     #[arg(long)]
     pub events: std::path::PathBuf,
+    /// Serve cleanly this long before the first trigger (a cause that
+    /// switches on while correlator watch is already attached).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub start_after: Duration,
 }
 
 struct State {
@@ -176,7 +180,7 @@ fn handle_request(state: &State) {
 fn trigger(state: &State) {
     let mut rng = crate::stats::Rng::new(u64::from(std::process::id()));
     let every = state.args.every;
-    let mut next = std::time::Instant::now() + every;
+    let mut next = std::time::Instant::now() + state.args.start_after + every;
     let mut cycle = 0u64;
     loop {
         cycle += 1;

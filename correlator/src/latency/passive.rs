@@ -138,15 +138,36 @@ pub struct ServerLatency {
     pub estimated_per_bucket: Vec<u32>,
 }
 
+/// (tgid, fd) → whether the descriptor is a socket. Looked up once per
+/// descriptor, while it is open; a reused fd number keeps its first answer.
+#[derive(Debug, Default)]
+pub struct SocketCache(HashMap<(u32, u32), bool>);
+
+impl SocketCache {
+    /// Whether `r` is a request: a uprobe call, or a read/write pair on a
+    /// socket (not a file or a pipe).
+    pub fn is_request(&mut self, r: &RequestRecord) -> bool {
+        r.fd == UPROBE_FD
+            || *self.0.entry((r.tgid, r.fd)).or_insert_with(|| {
+                std::fs::read_link(format!("/proc/{}/fd/{}", r.tgid, r.fd))
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+            })
+    }
+
+    /// Forgets the descriptors of a process (it exited; its numbers will be
+    /// reused by its successor).
+    pub fn forget(&mut self, tgid: u32) {
+        self.0.retain(|(t, _), _| *t != tgid);
+    }
+}
+
 /// Turns request records into a latency capture as they are drained.
 pub struct Passive {
     source: PassiveSource,
     recorder: Recorder,
     start_ns: u64,
     end_ns: u64,
-    /// (tgid, fd) → whether the descriptor is a socket. Looked up once per
-    /// descriptor; a reused fd number keeps its first answer.
-    sockets: HashMap<(u32, u32), bool>,
+    sockets: SocketCache,
     /// How many of the first `LEARN` requests came in reads of each size.
     sizes: HashMap<u32, u64>,
     /// The most common request size, once learned.
@@ -168,7 +189,7 @@ impl Passive {
             recorder: Recorder::new(1, start_ns),
             start_ns,
             end_ns: start_ns,
-            sockets: HashMap::new(),
+            sockets: SocketCache::default(),
             sizes: HashMap::new(),
             common: None,
             pending: Vec::new(),
@@ -178,10 +199,22 @@ impl Passive {
     }
 
     pub fn push(&mut self, r: &RequestRecord) {
-        if r.fd != UPROBE_FD && !self.is_socket(r.tgid, r.fd) {
+        if !self.sockets.is_request(r) {
             self.stats.not_socket += 1;
             return;
         }
+        self.push_checked(r);
+    }
+
+    /// Counts records the caller's [`SocketCache`] turned away.
+    pub fn add_not_socket(&mut self, n: u64) {
+        self.stats.not_socket += n;
+    }
+
+    /// Takes a record the caller already checked with a [`SocketCache`]
+    /// (`correlator watch` checks each record once, as it arrives, while
+    /// its descriptor is still open, and builds a `Passive` per report).
+    pub fn push_checked(&mut self, r: &RequestRecord) {
         if r.end_ns < r.start_ns {
             return;
         }
@@ -202,13 +235,6 @@ impl Passive {
         };
         self.recorder.sent(0, r.start_ns, 0, true);
         self.recorder.answered(times, true, true);
-    }
-
-    fn is_socket(&mut self, tgid: u32, fd: u32) -> bool {
-        *self.sockets.entry((tgid, fd)).or_insert_with(|| {
-            std::fs::read_link(format!("/proc/{tgid}/fd/{fd}"))
-                .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-        })
     }
 
     /// Counts a request as k requests when its read carried k × the most
@@ -325,7 +351,7 @@ mod tests {
     #[test]
     fn reads_of_several_requests_are_estimated_by_size() {
         let mut p = Passive::new(PassiveSource::Syscalls, 0);
-        p.sockets.insert((1, 5), true);
+        p.sockets.0.insert((1, 5), true);
         let read = |bytes: u32, t: u64| RequestRecord {
             tgid: 1,
             tid: 1,

@@ -56,6 +56,10 @@ pub struct ProbeConfig {
     pub sample_hz: u32,
     /// Kernel and user stacks of samples and off-CPU records.
     pub stacks: bool,
+    /// Keep the kernel's BPF run-time statistics on while attached (each
+    /// program run then pays two clock reads); `watch` turns them on one
+    /// second in sixty instead ([`Probes::set_stats`]).
+    pub bpf_stats: bool,
 }
 
 impl ProbeConfig {
@@ -79,6 +83,7 @@ impl Default for ProbeConfig {
             // fall in step with timer work.
             sample_hz: 997,
             stacks: false,
+            bpf_stats: true,
         }
     }
 }
@@ -192,7 +197,7 @@ impl Probes {
         }
         // Reference-counted: stays on while we hold the fd and does not
         // fight other tools (unlike flipping the kernel.bpf_stats_enabled sysctl).
-        let stats = if std::env::var_os("CORRELATOR_NO_BPF_STATS").is_some() {
+        let stats = if std::env::var_os("CORRELATOR_NO_BPF_STATS").is_some() || !cfg.bpf_stats {
             None
         } else {
             enable_stats(Stats::RunTime).ok()
@@ -262,6 +267,19 @@ impl Probes {
     }
 
     /// Whether BPF run-time statistics were on (program costs are known).
+    /// Turns the BPF run-time statistics on or off (reference-counted:
+    /// off here leaves them on if another tool holds them); returns whether
+    /// they are on now.
+    pub fn set_stats(&mut self, on: bool) -> bool {
+        if !on {
+            self._stats = None;
+        } else if self._stats.is_none() && std::env::var_os("CORRELATOR_NO_BPF_STATS").is_none() {
+            self._stats = enable_stats(Stats::RunTime).ok();
+        }
+        self.stats_enabled = self._stats.is_some() || bpf_stats_sysctl_on();
+        self.stats_enabled
+    }
+
     pub fn stats_enabled(&self) -> bool {
         self.stats_enabled
     }
@@ -333,7 +351,8 @@ impl Probes {
     /// The stacks the timeline's samples and off-CPU records reference, as
     /// the kernel's stack map holds them (read once, at the end: the map
     /// keeps every stack for the whole run).
-    fn raw_stacks(&self, timeline: &Timeline) -> RawStacks {
+    /// The stacks `timeline` references, read from the stack map.
+    pub fn raw_stacks(&self, timeline: &Timeline) -> RawStacks {
         let (kernel, user) = RawStacks::wanted(timeline.samples().iter(), timeline.offcpu().iter());
         let mut raw = RawStacks::default();
         let read = |ids: Vec<u32>, missing: &mut u64| {
@@ -410,7 +429,8 @@ impl Probes {
         })
     }
 
-    fn read_totals(&self) -> Result<KernelTotals> {
+    /// The kernel side's totals so far (never reset), summed over CPUs.
+    pub fn read_totals(&self) -> Result<KernelTotals> {
         let per_cpu = self.cpus.get(&0, 0).context("reading CPUS")?;
         let mut sum = [0u64; NUM_TOTALS as usize];
         let mut softirqs = [0u64; NUM_SOFTIRQ_VECTORS];

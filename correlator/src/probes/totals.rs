@@ -42,6 +42,60 @@ pub struct KernelTotals {
 }
 
 impl KernelTotals {
+    /// What was counted since `earlier` (the totals are never reset, so a
+    /// window's counts are a difference of two readings).
+    pub fn since(&self, earlier: &Self) -> Self {
+        let sub = |a: &mut [u64], b: &[u64]| {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x = x.saturating_sub(*y);
+            }
+        };
+        let mut d = self.clone();
+        sub(&mut d.counters, &earlier.counters);
+        sub(&mut d.irq_kinds, &earlier.irq_kinds);
+        sub(&mut d.softirq_vectors, &earlier.softirq_vectors);
+        d.ring_reserve_failed = d
+            .ring_reserve_failed
+            .saturating_sub(earlier.ring_reserve_failed);
+        d.thread_map_full = d.thread_map_full.saturating_sub(earlier.thread_map_full);
+        d.passive.lost = d.passive.lost.saturating_sub(earlier.passive.lost);
+        d.passive.unpaired_writes = d
+            .passive
+            .unpaired_writes
+            .saturating_sub(earlier.passive.unpaired_writes);
+        d.passive.calls = d.passive.calls.saturating_sub(earlier.passive.calls);
+        d.accounts_lost = d.accounts_lost.saturating_sub(earlier.accounts_lost);
+        d.syscall_records_lost = d
+            .syscall_records_lost
+            .saturating_sub(earlier.syscall_records_lost);
+        d.samples = d.samples.saturating_sub(earlier.samples);
+        d.stack_collisions = d.stack_collisions.saturating_sub(earlier.stack_collisions);
+        d.stack_errors = d.stack_errors.saturating_sub(earlier.stack_errors);
+        d.sample_records_lost = d
+            .sample_records_lost
+            .saturating_sub(earlier.sample_records_lost);
+        for (nr, t) in &mut d.syscalls {
+            if let Some((_, e)) = earlier.syscalls.iter().find(|(n, _)| n == nr) {
+                t.calls = t.calls.saturating_sub(e.calls);
+                t.total_ns = t.total_ns.saturating_sub(e.total_ns);
+                t.offcpu_ns = t.offcpu_ns.saturating_sub(e.offcpu_ns);
+                t.irq_ns = t.irq_ns.saturating_sub(e.irq_ns);
+            }
+        }
+        d.syscalls.retain(|(_, t)| t.calls > 0);
+        d
+    }
+
+    /// Every kind of record or event the kernel side could not keep.
+    pub fn lost(&self) -> u64 {
+        self.ring_reserve_failed
+            + self.thread_map_full
+            + self.passive.lost
+            + self.accounts_lost
+            + self.syscall_records_lost
+            + self.sample_records_lost
+    }
+
     /// Per-IRQ-kind counts with their names.
     pub fn irq_kinds_named(&self) -> Vec<(&'static str, u64)> {
         IRQ_KIND_NAMES.iter().copied().zip(self.irq_kinds).collect()

@@ -348,6 +348,44 @@ impl Timeline {
     pub fn sum(&self) -> Counts {
         self.sum
     }
+
+    /// Forgets everything before `ts` (buckets that start before it,
+    /// records that end before it), for a recorder that keeps only the
+    /// last minutes. The running sum drops the forgotten buckets too, so
+    /// it stays the sum of what is kept; the over-cap count is kept whole.
+    pub fn prune_before(&mut self, ts: u64) {
+        let first = ts / self.bucket_ns.max(1);
+        let kept = self.buckets.split_off(&first);
+        for counts in std::mem::replace(&mut self.buckets, kept).values() {
+            for (total, c) in self.sum.iter_mut().zip(counts) {
+                *total -= c;
+            }
+        }
+        self.offcpu.retain(|o| o.end_ns >= ts);
+        self.syscalls.retain(|s| s.end_ns >= ts);
+        self.accounts.retain(|a| a.epoch >= first);
+        self.samples.retain(|s| s.ts >= ts);
+    }
+
+    /// Forgets everything after `ts` (buckets that start after it, records
+    /// that start after it): a window cut out of a longer recording.
+    pub fn prune_after(&mut self, ts: u64) {
+        let last = ts / self.bucket_ns.max(1);
+        for counts in self.buckets.split_off(&(last + 1)).values() {
+            for (total, c) in self.sum.iter_mut().zip(counts) {
+                *total -= c;
+            }
+        }
+        self.offcpu.retain(|o| o.start_ns <= ts);
+        self.syscalls.retain(|s| s.start_ns <= ts);
+        self.accounts.retain(|a| a.epoch <= last);
+        self.samples.retain(|s| s.ts <= ts);
+    }
+
+    /// An empty timeline with this one's bucket width and record cap.
+    pub fn empty_like(&self) -> Self {
+        Self::new(self.bucket_ns, self.max_records)
+    }
 }
 
 #[cfg(test)]
@@ -364,6 +402,24 @@ mod tests {
         t.add_bucket(6, &[0; NUM_COUNTERS]);
         assert_eq!(t.buckets().count(), 1);
         assert_eq!(t.sum()[0], 4);
+    }
+
+    #[test]
+    fn pruning_keeps_the_window_and_its_sum() {
+        let mut t = Timeline::new(1_000, 10);
+        let mut a = [0; NUM_COUNTERS];
+        a[0] = 1;
+        for epoch in 0..10 {
+            t.add_bucket(epoch, &a);
+        }
+        t.prune_before(3_500);
+        t.prune_after(7_200);
+        // Buckets 3..=7 (bucket 3 starts before 3,500 but reaches into it).
+        assert_eq!(
+            t.buckets().map(|(e, _)| e).collect::<Vec<_>>(),
+            vec![3, 4, 5, 6, 7]
+        );
+        assert_eq!(t.sum()[0], 5);
     }
 
     #[test]

@@ -86,6 +86,16 @@ impl StealSampler {
     pub fn into_samples(self) -> Vec<StealSample> {
         self.samples
     }
+
+    /// The intervals with steal so far.
+    pub fn samples(&self) -> &[StealSample] {
+        &self.samples
+    }
+
+    /// Forgets the intervals that ended before `ts`.
+    pub fn prune_before(&mut self, ts: u64) {
+        self.samples.retain(|s| s.end_ns >= ts);
+    }
 }
 
 #[cfg(test)]

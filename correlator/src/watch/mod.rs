@@ -1,0 +1,669 @@
+//! `correlator watch`: stays attached to a server, keeps the last
+//! `--keep` of kernel timeline and server-side latency in a flight
+//! recorder, and when the tail spikes writes the window as a run file and
+//! a report (JSON, HTML, optionally Perfetto) into `--out`.
+//!
+//! Two triggers: the chosen percentile of the last `--window` of requests
+//! above `--slo`; and, every `--check-every`, the analysis of the
+//! recorder's window naming a server cause (a family whose signature test
+//! passed against the window's own noise, as `correlator run` claims
+//! causes). A trigger waits `--after` so the report holds the spike's
+//! aftermath too, then cuts the window `[now - keep, now]`.
+//!
+//! Always-on cost: the probes are the same as `record`'s; BPF run-time
+//! statistics are on one second in sixty (they put two clock reads in
+//! every program run); the loop's own work is per 100 ms drain, per second
+//! (totals, pruning, the SLO window) and per check (one analysis).
+
+pub mod metrics;
+pub mod outdir;
+pub mod ring;
+pub mod trigger;
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::{Context as _, Result};
+use correlator_common::Counter;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    analysis::AnalysisOptions,
+    clock,
+    probes::{KernelTotals, ProbeConfig, Probes, ProgramCost},
+    report::Report,
+    run::{Outputs, write_outputs},
+    runfile::RunFile,
+    target::{Target, TargetSpec},
+};
+use metrics::{Metrics, label};
+use outdir::ReportDir;
+use ring::{FlightRecorder, Window};
+use trigger::{SloWindow, Trigger};
+
+pub struct WatchOptions {
+    pub target: TargetSpec,
+    pub probes: ProbeConfig,
+    pub keep: Duration,
+    pub after: Duration,
+    pub window: Duration,
+    pub slo: Option<Duration>,
+    pub percentile: f64,
+    pub check_every: Duration,
+    pub out: PathBuf,
+    pub max_reports_per_hour: u32,
+    pub max_disk: u64,
+    pub listen: Option<SocketAddr>,
+    pub max_requests: usize,
+    pub perfetto: bool,
+    /// Stop after this long (tests, benchmarks); None: until SIGTERM.
+    pub duration: Option<Duration>,
+}
+
+/// What a watch session did, for its last line and for tests.
+#[derive(Debug, Default)]
+pub struct WatchSummary {
+    pub reports: Vec<PathBuf>,
+    pub suppressed: u64,
+    pub restarts: u64,
+}
+
+/// BPF statistics are sampled for one second every this many.
+const STATS_EVERY_SECS: u64 = 60;
+const DRAIN_EVERY: Duration = Duration::from_millis(100);
+
+/// Validates everything it can, then watches until SIGINT / SIGTERM, the
+/// duration, or (for a PID) the target's exit.
+pub fn watch(opts: WatchOptions) -> Result<WatchSummary> {
+    if opts.probes.passive.is_none() {
+        anyhow::bail!("watch needs server-side latency: give --syscalls or --uprobe BINARY:SYMBOL");
+    }
+    if opts.after >= opts.keep {
+        anyhow::bail!(
+            "--after ({}) must be shorter than --keep ({}): the report's window must reach back before the spike",
+            humantime::format_duration(opts.after),
+            humantime::format_duration(opts.keep)
+        );
+    }
+    let target = opts.target.find()?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "no process matches {} (is the server running?)",
+            opts.target.describe()
+        )
+    })?;
+    let dir = ReportDir::open(&opts.out, opts.max_reports_per_hour, opts.max_disk)?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::new(&mut registry);
+    if let Some(addr) = opts.listen {
+        let local = metrics::serve(addr, registry)?;
+        eprintln!("correlator watch: metrics on http://{local}/metrics");
+    }
+    crate::record::block_on(Watcher::new(opts, dir, metrics, target)?.run())?
+}
+
+/// Something is attached (or waiting for a successor).
+struct Attached {
+    target: Target,
+    probes: Probes,
+    rec: FlightRecorder,
+    /// Totals at the last second, for the metrics' deltas.
+    last_totals: KernelTotals,
+    /// Set while a second of BPF statistics runs: costs at its start.
+    stats_from: Option<(u64, Vec<ProgramCost>)>,
+    /// Costs over the last sampled second and its length (ns).
+    sampled_costs: Option<(Vec<ProgramCost>, u64)>,
+    /// Said in every report whose window reaches back to the re-attach.
+    restart_note: Option<String>,
+}
+
+struct Pending {
+    fire_at: u64,
+    trigger: Trigger,
+}
+
+struct Watcher {
+    opts: WatchOptions,
+    dir: ReportDir,
+    metrics: Metrics,
+    attached: Option<Attached>,
+    /// When the target went away (a successor is searched for).
+    lost_at: Option<(u64, u32)>,
+    slo: SloWindow,
+    pending: Option<Pending>,
+    /// No new trigger before this (a written report's window is not
+    /// reported again).
+    quiet_until: u64,
+    summary: WatchSummary,
+}
+
+impl Watcher {
+    fn new(opts: WatchOptions, dir: ReportDir, metrics: Metrics, target: Target) -> Result<Self> {
+        let slo = SloWindow::new(usize::try_from(opts.window.as_secs()).unwrap_or(10));
+        let mut w = Self {
+            opts,
+            dir,
+            metrics,
+            attached: None,
+            lost_at: None,
+            slo,
+            pending: None,
+            quiet_until: 0,
+            summary: WatchSummary::default(),
+        };
+        w.attach(target, None)?;
+        Ok(w)
+    }
+
+    fn attach(&mut self, target: Target, note: Option<String>) -> Result<()> {
+        let cfg = ProbeConfig {
+            bpf_stats: false,
+            ..self.opts.probes.clone()
+        };
+        let probes = Probes::attach(&target, &cfg)?;
+        let now = clock::monotonic_ns();
+        let keep = u64::try_from(self.opts.keep.as_nanos()).unwrap_or(u64::MAX);
+        let mut rec = FlightRecorder::new(
+            keep,
+            probes.bucket_ns(),
+            cfg.max_records,
+            self.opts.max_requests,
+            now,
+        );
+        let totals = probes.read_totals()?;
+        rec.second(clock::monotonic_ns(), totals.clone());
+        eprintln!(
+            "correlator watch: attached to PID {} ({}); keeping the last {}, reports into {}",
+            target.pid,
+            target.comm,
+            humantime::format_duration(self.opts.keep),
+            self.opts.out.display()
+        );
+        self.metrics.attached.set(1);
+        self.attached = Some(Attached {
+            target,
+            probes,
+            rec,
+            last_totals: totals,
+            stats_from: None,
+            sampled_costs: None,
+            restart_note: note,
+        });
+        Ok(())
+    }
+
+    async fn run(mut self) -> Result<WatchSummary> {
+        let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+        let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+        let deadline = self.opts.duration.map(|d| tokio::time::Instant::now() + d);
+        let mut tick = tokio::time::interval(DRAIN_EVERY);
+        let start = clock::monotonic_ns();
+        let mut next_second = start + 1_000_000_000;
+        let mut seconds: u64 = 0;
+        let check_ns = u64::try_from(self.opts.check_every.as_nanos()).unwrap_or(u64::MAX);
+        let mut next_check = start + check_ns;
+        loop {
+            let until_deadline = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = sigint.recv() => break,
+                _ = sigterm.recv() => break,
+                () = until_deadline => break,
+                _ = tick.tick() => {
+                    let now = clock::monotonic_ns();
+                    if self.attached.is_none() {
+                        // Between a restart's exit and its successor: look
+                        // every tick, so the gap is the successor's start.
+                        self.find_successor(now)?;
+                    }
+                    self.drain()?;
+                    if now >= next_second {
+                        next_second += 1_000_000_000;
+                        seconds += 1;
+                        if !self.second(now, seconds)? {
+                            break;
+                        }
+                    }
+                    if now >= next_check {
+                        next_check = now + check_ns;
+                        self.check(now)?;
+                    }
+                    if self.pending.as_ref().is_some_and(|p| now >= p.fire_at) {
+                        self.fire(now)?;
+                    }
+                }
+            }
+        }
+        // Stopping: a pending trigger still gets its report (the window so far).
+        if self.pending.is_some() && self.attached.is_some() {
+            self.drain()?;
+            self.fire(clock::monotonic_ns())?;
+        }
+        self.metrics.attached.set(0);
+        Ok(self.summary)
+    }
+
+    /// Drains the probes into the recorder, and requests into the
+    /// metrics and the SLO window.
+    fn drain(&mut self) -> Result<()> {
+        let Some(a) = &mut self.attached else {
+            return Ok(());
+        };
+        let at = clock::monotonic_ns();
+        a.probes.drain(&mut a.rec.timeline)?;
+        a.rec.drained_at(at);
+        let (rec, slo, m) = (&mut a.rec, &mut self.slo, &self.metrics);
+        a.probes.drain_requests(|r| {
+            if let Some(ns) = rec.push_request(r) {
+                slo.record(ns);
+                m.requests.inc();
+                m.latency.observe(ns as f64 / 1e9);
+            }
+        });
+        Ok(())
+    }
+
+    /// Once a second. Returns false when watching should end (a PID
+    /// target exited).
+    fn second(&mut self, now: u64, n: u64) -> Result<bool> {
+        self.slo.roll();
+        if let Some(rss) = crate::memory::rss_bytes() {
+            self.metrics
+                .rss_bytes
+                .set(i64::try_from(rss).unwrap_or(i64::MAX));
+        }
+        let alive = match &mut self.attached {
+            Some(a) => {
+                let totals = a.probes.read_totals()?;
+                // Stamped after the read: every event it counts happened
+                // before the stamp (see FlightRecorder::capture).
+                let read_at = clock::monotonic_ns();
+                export_totals(&self.metrics, &a.last_totals, &totals);
+                a.last_totals = totals.clone();
+                a.rec.second(read_at, totals);
+                self.metrics
+                    .recorder_requests
+                    .set(i64::try_from(a.rec.requests()).unwrap_or(i64::MAX));
+                sample_stats(a, now, n, &self.metrics);
+                a.target.is_alive()
+            }
+            None => return Ok(true),
+        };
+        if !alive {
+            return self.target_exited(now);
+        }
+        if let (Some(slo), None) = (self.opts.slo, &self.pending)
+            && let Some((value, _)) = self.slo.percentile(self.opts.percentile)
+        {
+            self.metrics.window_percentile.set(value as f64 / 1e9);
+            let slo_ns = u64::try_from(slo.as_nanos()).unwrap_or(u64::MAX);
+            if value > slo_ns && now >= self.quiet_until {
+                self.arm(
+                    now,
+                    Trigger::Slo {
+                        percentile: self.opts.percentile,
+                        value_ns: value,
+                        slo_ns,
+                    },
+                );
+            }
+        } else if let Some((value, _)) = self.slo.percentile(self.opts.percentile) {
+            self.metrics.window_percentile.set(value as f64 / 1e9);
+        }
+        Ok(true)
+    }
+
+    fn arm(&mut self, now: u64, trigger: Trigger) {
+        let after = u64::try_from(self.opts.after.as_nanos()).unwrap_or(0);
+        eprintln!(
+            "correlator watch: {trigger}; writing the report in {}",
+            humantime::format_duration(self.opts.after)
+        );
+        self.pending = Some(Pending {
+            fire_at: now + after,
+            trigger,
+        });
+    }
+
+    /// The analysis trigger: the recorder's window analysed as a report
+    /// would be; a named server cause arms the report.
+    fn check(&mut self, now: u64) -> Result<()> {
+        if self.pending.is_some() || now < self.quiet_until {
+            return Ok(());
+        }
+        let Some(a) = &self.attached else {
+            return Ok(());
+        };
+        let window = u64::try_from(self.opts.window.as_nanos()).unwrap_or(u64::MAX);
+        if now.saturating_sub(a.rec.since_ns) < window {
+            return Ok(());
+        }
+        let took = Instant::now();
+        let (run, report) = self.analyse(Some(window), self.slo_ns())?;
+        drop(run);
+        log::info!(
+            "check: {} episodes, top cause {:?}, analysed in {:.0} ms",
+            report.episodes.len(),
+            report
+                .classification
+                .causes
+                .first()
+                .map(|c| (c.cause.name(), c.evidence.as_str())),
+            took.elapsed().as_secs_f64() * 1e3
+        );
+        if let Some(c) = report.classification.causes.first()
+            && c.cause.is_server()
+        {
+            self.arm(
+                now,
+                Trigger::Cause {
+                    cause: c.cause.name().to_string(),
+                    evidence: c.evidence.clone(),
+                    threshold_ns: report.latency.threshold_ns,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn slo_ns(&self) -> Option<u64> {
+        self.opts
+            .slo
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The recorder's window (all of it, or the last `span_ns`) as a run
+    /// file and its report, spikes being the requests over `slo_ns` when
+    /// given (else the analysis's own threshold).
+    fn analyse(&self, span_ns: Option<u64>, slo_ns: Option<u64>) -> Result<(RunFile, Report)> {
+        let a = self
+            .attached
+            .as_ref()
+            .context("nothing attached to analyse")?;
+        let now = clock::monotonic_ns();
+        let window_ns = now.saturating_sub(a.rec.since_ns);
+        let mut notes = Vec::new();
+        if let Some(n) = &a.restart_note
+            && window_ns <= u64::try_from(self.opts.keep.as_nanos()).unwrap_or(u64::MAX)
+        {
+            notes.push(n.clone());
+        }
+        let programs = match &a.sampled_costs {
+            Some((costs, sampled_ns)) => {
+                notes.push(format!(
+                    "probe costs were measured over one sampled second ({:.2} s; BPF statistics are on one second in {STATS_EVERY_SECS}) and scaled to the window",
+                    *sampled_ns as f64 / 1e9
+                ));
+                scale_costs(
+                    costs,
+                    *sampled_ns,
+                    window_ns.min(u64::try_from(self.opts.keep.as_nanos()).unwrap_or(u64::MAX)),
+                )
+            }
+            None => Vec::new(),
+        };
+        let capture = a.rec.capture(
+            Window {
+                probes: &a.probes,
+                target: &a.target,
+                follow_children: self.opts.probes.follow_children,
+                passive: self.opts.probes.passive.clone(),
+                stacks: self.opts.probes.stacks,
+                min_offcpu_record_ns: u64::try_from(self.opts.probes.min_offcpu_record.as_nanos())
+                    .unwrap_or(u64::MAX),
+                sample_period_ns: self.opts.probes.sample_period_ns(),
+                programs,
+                notes,
+            },
+            span_ns,
+        )?;
+        let run = RunFile::from_capture(capture);
+        let latency = run
+            .server_latency
+            .as_ref()
+            .map(|s| s.latency.clone())
+            .context("the window has no server-side latency")?;
+        let report = Report::build(
+            &run,
+            &latency,
+            &AnalysisOptions {
+                slo_ns,
+                percentile: Some(self.opts.percentile),
+            },
+        );
+        Ok((run, report))
+    }
+
+    /// Writes the pending trigger's report (if the hourly budget allows).
+    fn fire(&mut self, now: u64) -> Result<()> {
+        let Some(p) = self.pending.take() else {
+            return Ok(());
+        };
+        self.quiet_until = now + u64::try_from(self.opts.keep.as_nanos()).unwrap_or(u64::MAX);
+        if !self.dir.allowed(Instant::now()) {
+            self.summary.suppressed += 1;
+            self.metrics
+                .reports_suppressed
+                .get_or_create(&label("reason", "hourly_budget"))
+                .inc();
+            eprintln!(
+                "correlator watch: {} reports already written this hour (--max-reports-per-hour): this one is not written",
+                self.opts.max_reports_per_hour
+            );
+            return Ok(());
+        }
+        // The report's spikes are the trigger's: over the SLO, or over the
+        // threshold the analysis of the last window used. A cause that
+        // started late in the kept window is a small share of its
+        // requests; judged by the window's own threshold and share it
+        // could be "too few to classify" in the report that was written
+        // because of it.
+        let slo_ns = match &p.trigger {
+            Trigger::Cause { threshold_ns, .. } => self.slo_ns().or(*threshold_ns),
+            _ => self.slo_ns(),
+        };
+        let (run, mut report) = self.analyse(None, slo_ns)?;
+        report
+            .notes
+            .insert(0, format!("written by correlator watch: {}", p.trigger));
+        if let (Trigger::Cause { .. }, None, Some(t)) = (&p.trigger, self.opts.slo, slo_ns) {
+            report.notes.insert(
+                1,
+                format!(
+                    "spikes are requests over {:.2} ms, the threshold of the analysis that triggered this report",
+                    t as f64 / 1e6
+                ),
+            );
+        }
+        let wall = SystemTime::now();
+        let dir = self.dir.create(Instant::now(), wall)?;
+        let out = Outputs {
+            json: Some(dir.join(outdir::REPORT_JSON)),
+            html: Some(dir.join(outdir::REPORT_HTML)),
+            perfetto: self.opts.perfetto.then(|| dir.join(outdir::TRACE)),
+            folded: None,
+            run_file: Some(dir.join(outdir::RUN_FILE)),
+        };
+        write_outputs(&run, &report, &out)?;
+        let cause = report
+            .classification
+            .causes
+            .first()
+            .map_or("none", |c| c.cause.name());
+        self.metrics.reports.inc();
+        let unix = wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.metrics
+            .report_info
+            .get_or_create(&vec![
+                ("dir".to_string(), dir.display().to_string()),
+                ("cause".to_string(), cause.to_string()),
+            ])
+            .set(unix);
+        for f in &report.families {
+            let sig = serde_json::to_value(f.signature)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            self.metrics
+                .episodes
+                .get_or_create(&vec![
+                    ("cause".to_string(), f.cause.name().to_string()),
+                    ("signature".to_string(), sig),
+                    ("environment".to_string(), f.environment.to_string()),
+                ])
+                .inc_by(f.episodes.len() as u64);
+        }
+        eprintln!(
+            "correlator watch: report {} (top cause: {cause}; {} episodes)",
+            dir.display(),
+            report.episodes.len()
+        );
+        self.summary.reports.push(dir);
+        let (removed, total) = self.dir.enforce_disk()?;
+        for r in &removed {
+            self.metrics.reports_removed.inc();
+            eprintln!(
+                "correlator watch: removed the oldest report {} ({} KiB) to stay within --max-disk",
+                r.dir.display(),
+                r.bytes / 1024
+            );
+        }
+        if total > self.opts.max_disk {
+            eprintln!(
+                "correlator watch: the newest report alone is {} KiB, over --max-disk; it is kept",
+                total / 1024
+            );
+        }
+        Ok(())
+    }
+
+    /// The target exited: a pending report is written from what was
+    /// captured; then either a successor is searched for or watch ends.
+    fn target_exited(&mut self, now: u64) -> Result<bool> {
+        if self.pending.is_some() {
+            self.drain()?;
+            self.fire(now)?;
+        }
+        let Some(a) = self.attached.take() else {
+            return Ok(true);
+        };
+        self.metrics.attached.set(0);
+        let pid = a.target.pid;
+        drop(a);
+        if !self.opts.target.follows_restarts() {
+            eprintln!("correlator watch: PID {pid} exited; stopping");
+            return Ok(false);
+        }
+        eprintln!(
+            "correlator watch: PID {pid} exited; waiting for the next process of {}",
+            self.opts.target.describe()
+        );
+        self.lost_at = Some((now, pid));
+        Ok(true)
+    }
+
+    /// Looks for the target's successor (every drain tick while detached).
+    fn find_successor(&mut self, now: u64) -> Result<bool> {
+        let Some(target) = self.opts.target.find()? else {
+            return Ok(true);
+        };
+        let (lost, old) = self.lost_at.take().unwrap_or((now, 0));
+        let gap = now.saturating_sub(lost);
+        let note = format!(
+            "the target restarted: PID {old} exited and PID {} was attached {:.0} ms later; this window begins at the re-attach",
+            target.pid,
+            gap as f64 / 1e6
+        );
+        eprintln!("correlator watch: {note}");
+        self.metrics.restarts.inc();
+        self.metrics.gap_seconds.inc_by(gap as f64 / 1e9);
+        self.summary.restarts += 1;
+        self.attach(target, Some(note))?;
+        Ok(true)
+    }
+}
+
+/// Kernel event counts and losses since the last second, into the metrics.
+fn export_totals(m: &Metrics, before: &KernelTotals, now: &KernelTotals) {
+    let d = now.since(before);
+    for (name, c) in [
+        ("page_faults_minor", Counter::PageFaultsMinor),
+        ("page_faults_major", Counter::PageFaultsMajor),
+        ("context_switches_voluntary", Counter::SwitchesVoluntary),
+        ("context_switches_involuntary", Counter::SwitchesInvoluntary),
+        ("migrations", Counter::Migrations),
+        ("hardirqs", Counter::HardIrqs),
+        ("softirqs", Counter::SoftIrqs),
+    ] {
+        m.kernel_events
+            .get_or_create(&label("family", name))
+            .inc_by(d.counters[c as usize]);
+    }
+    for (kind, n) in [
+        ("ring_reserve_failed", d.ring_reserve_failed),
+        ("thread_map_full", d.thread_map_full),
+        ("requests", d.passive.lost),
+        ("accounts", d.accounts_lost),
+        ("syscall_records", d.syscall_records_lost),
+        ("sample_records", d.sample_records_lost),
+        ("stack_collisions", d.stack_collisions),
+    ] {
+        m.lost.get_or_create(&label("kind", kind)).inc_by(n);
+    }
+}
+
+/// BPF run-time statistics on for one second in `STATS_EVERY_SECS`.
+fn sample_stats(a: &mut Attached, now: u64, n: u64, m: &Metrics) {
+    if let Some((from, before)) = a.stats_from.take() {
+        let after = a.probes.costs();
+        a.probes.set_stats(false);
+        let secs = now.saturating_sub(from);
+        let costs: Vec<ProgramCost> = after
+            .iter()
+            .map(|p| {
+                let b = before.iter().find(|b| b.name == p.name);
+                let runs = p.run_count - b.map_or(0, |b| b.run_count.min(p.run_count));
+                let ns = p.run_time_ns - b.map_or(0, |b| b.run_time_ns.min(p.run_time_ns));
+                ProgramCost {
+                    name: p.name.clone(),
+                    run_count: runs,
+                    run_time_ns: ns,
+                    ns_per_run: if runs == 0 {
+                        0.0
+                    } else {
+                        ns as f64 / runs as f64
+                    },
+                }
+            })
+            .collect();
+        let total: u64 = costs.iter().map(|c| c.run_time_ns).sum();
+        if secs > 0 {
+            m.probe_cpu_share.set(total as f64 / secs as f64);
+        }
+        a.sampled_costs = Some((costs, secs));
+    } else if n % STATS_EVERY_SECS == 1 && a.probes.set_stats(true) {
+        a.stats_from = Some((now, a.probes.costs()));
+    }
+}
+
+/// A sampled second's program costs, scaled to `window_ns`.
+fn scale_costs(costs: &[ProgramCost], sampled_ns: u64, window_ns: u64) -> Vec<ProgramCost> {
+    let k = window_ns as f64 / sampled_ns.max(1) as f64;
+    costs
+        .iter()
+        .map(|c| ProgramCost {
+            name: c.name.clone(),
+            run_count: (c.run_count as f64 * k) as u64,
+            run_time_ns: (c.run_time_ns as f64 * k) as u64,
+            ns_per_run: c.ns_per_run,
+        })
+        .collect()
+}

@@ -1,0 +1,304 @@
+//! `correlator watch` as it is meant to run: attached to the demo server
+//! while an external client (`correlator load`, on the other CPU) sends
+//! clean traffic for a minute, then one injected cause switches on inside
+//! the server (`--start-after`). Checked: no report in the clean minute; a
+//! report within `--after` + 20 s of the first injected event (the
+//! server's own event log, CLOCK_MONOTONIC) naming the injected cause; for
+//! a sporadic cause (the demo server's lock held 10-20 ms) and a periodic
+//! one (the path server's 32 MiB fault burst every 300 ms, inside the
+//! request it delays). The sporadic run is also scraped by a real
+//! Prometheus server (Debian's), whose query API must return watch's
+//! series. Needs root + BPF (fails, not skips, with CI=true).
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::Path,
+    process::{Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::util::{BIN, Proc, demo_server, free_port, helper_server, scratch};
+
+const CLEAN: Duration = Duration::from_secs(60);
+const AFTER: Duration = Duration::from_secs(10);
+
+/// CLOCK_MONOTONIC now, ns (the clock of the server's event log).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Lines with the CLOCK_MONOTONIC time each arrived.
+type Lines = Arc<Mutex<Vec<(u64, String)>>>;
+
+/// A child's stderr, line by line, as it arrives.
+fn collect_lines(stderr: std::process::ChildStderr) -> (Lines, std::thread::JoinHandle<()>) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let handle = {
+        let lines = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("watch: {line}");
+                lines.lock().expect("lines").push((monotonic_ns(), line));
+            }
+        })
+    };
+    (lines, handle)
+}
+
+struct Outcome {
+    /// When the first injected event started (server's log).
+    first_event_ns: u64,
+    /// (time written, report JSON) of every report.
+    reports: Vec<(u64, Value)>,
+    started_ns: u64,
+}
+
+/// The server under watch.
+enum Server {
+    /// The demo server with this scenario.
+    Demo(&'static str),
+    /// The path server's periodic fault burst (`--path fault`).
+    PeriodicFaults,
+}
+
+/// Runs `server` with its cause switched on after `CLEAN`, the external
+/// load, and watch; `during` runs while watch does (given the metrics
+/// port).
+fn watch_scenario(server: Server, during: impl FnOnce(u16)) -> Outcome {
+    let name = match server {
+        Server::Demo(s) => s,
+        Server::PeriodicFaults => "periodic-faults",
+    };
+    let dir = scratch(&format!("watch-{name}"));
+    let events = dir.join("events.jsonl");
+    let started_ns = monotonic_ns();
+    let start_after = format!("{}s", CLEAN.as_secs());
+    let events_arg = events.to_str().expect("utf-8");
+    let (server, addr) = match server {
+        Server::Demo(scenario) => demo_server(&[
+            "--scenario",
+            scenario,
+            "--cpu",
+            "1",
+            "--injector-cpu",
+            "0",
+            "--every",
+            "500ms",
+            "--start-after",
+            &start_after,
+            "--events",
+            events_arg,
+        ]),
+        Server::PeriodicFaults => {
+            let (p, addr) = helper_server(
+                "pathserver",
+                &[
+                    "--path",
+                    "fault",
+                    "--every",
+                    "300ms",
+                    "--mib",
+                    "32",
+                    "--start-after",
+                    &start_after,
+                    "--events",
+                    events_arg,
+                ],
+            );
+            let _ = Command::new("taskset")
+                .args(["-apc", "1", &p.0.id().to_string()])
+                .output();
+            (p, addr)
+        }
+    };
+    let watch_for = CLEAN + AFTER + Duration::from_secs(30);
+    let _load = Proc(
+        Command::new(BIN)
+            .args(["load", &format!("tcp://{addr}"), "--quiet"])
+            .args(["--rate", "2000", "--load-cpus", "0", "--warmup", "0s"])
+            .args(["--duration", &format!("{}s", watch_for.as_secs() + 5)])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("load"),
+    );
+    let port = free_port();
+    let out = dir.join("reports");
+    let mut watch = Command::new(BIN)
+        .args(["watch", "--pid", &server.0.id().to_string(), "--syscalls"])
+        .args(["--out", out.to_str().expect("utf-8")])
+        .args(["--after", &format!("{}s", AFTER.as_secs())])
+        .args(["--duration", &format!("{}s", watch_for.as_secs())])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch");
+    let (lines, reader) = collect_lines(watch.stderr.take().expect("stderr"));
+    during(port);
+    let status = watch.wait().expect("watch exits");
+    reader.join().expect("reader");
+    assert!(status.success(), "watch failed: {status}");
+    let first_event_ns = std::fs::read_to_string(&events)
+        .expect("event log")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["start_ns"].as_u64())
+        .min()
+        .expect("the server injected events");
+    let lines = lines.lock().expect("lines").clone();
+    let reports = lines
+        .iter()
+        .filter_map(|(t, l)| {
+            let dir = l
+                .strip_prefix("correlator watch: report ")?
+                .split(" (")
+                .next()?;
+            Some((*t, read_report(Path::new(dir))))
+        })
+        .collect();
+    Outcome {
+        first_event_ns,
+        reports,
+        started_ns,
+    }
+}
+
+fn read_report(dir: &Path) -> Value {
+    for f in ["report.json", "run.json", "report.html"] {
+        assert!(dir.join(f).is_file(), "{} has no {f}", dir.display());
+    }
+    serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report"))
+        .expect("report JSON")
+}
+
+/// The checks every scenario shares; returns the first report.
+fn check(o: &Outcome, cause: &str) -> Value {
+    let s = |ns: u64| ns as f64 / 1e9;
+    assert!(
+        o.first_event_ns >= o.started_ns + CLEAN.as_nanos() as u64 - 1_000_000_000,
+        "the server injected before the clean minute ended"
+    );
+    let (written, report) = o.reports.first().unwrap_or_else(|| {
+        panic!(
+            "no report in {:.0} s after the first injected event",
+            s(monotonic_ns() - o.first_event_ns)
+        )
+    });
+    assert!(
+        *written > o.first_event_ns,
+        "a report {:.1} s into the clean minute",
+        s(written - o.started_ns)
+    );
+    let delay = written - o.first_event_ns;
+    eprintln!(
+        "first report {:.1} s after the first injected event",
+        s(delay)
+    );
+    assert!(
+        delay <= (AFTER + Duration::from_secs(20)).as_nanos() as u64,
+        "the report came {:.1} s after the first spike (limit: --after + 20 s)",
+        s(delay)
+    );
+    let top = &report["classification"]["causes"][0]["cause"];
+    assert_eq!(top, cause, "{:#}", report["classification"]);
+    report.clone()
+}
+
+live_test! {
+    fn watch_reports_a_sporadic_cause_and_prometheus_scrapes_it() {
+        let o = watch_scenario(Server::Demo("blocking"), |port| {
+            let prom = Prometheus::start(port);
+            // Scraped every second; give it some scrapes.
+            std::thread::sleep(Duration::from_secs(15));
+            let requests = prom.query("correlator_requests_total");
+            assert!(requests > 1_000.0, "correlator_requests_total = {requests}");
+            let switches =
+                prom.query("correlator_kernel_events_total{family=\"context_switches_voluntary\"}");
+            assert!(switches > 0.0, "context switches = {switches}");
+            let buckets = prom.query("sum(correlator_request_latency_seconds_count)");
+            assert!(buckets > 1_000.0, "latency histogram count = {buckets}");
+            assert_eq!(prom.query("correlator_attached"), 1.0);
+        });
+        let report = check(&o, "blocking");
+        assert_eq!(report["classification"]["signature"], "sporadic");
+    }
+}
+
+live_test! {
+    /// A periodic fault burst inside request handling (the path server's:
+    /// the demo server's sweep runs between requests, where server-side
+    /// latency cannot see it; only a client can).
+    fn watch_reports_a_periodic_cause() {
+        let o = watch_scenario(Server::PeriodicFaults, |_| {});
+        let report = check(&o, "page_faults");
+        assert_eq!(report["classification"]["signature"], "periodic");
+    }
+}
+
+/// Debian's Prometheus on a private port and data directory, scraping
+/// watch's endpoint every second.
+struct Prometheus {
+    _proc: Proc,
+    port: u16,
+}
+
+impl Prometheus {
+    fn start(target_port: u16) -> Self {
+        let dir = scratch("watch-prometheus");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: correlator\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
+            ),
+        )
+        .expect("config");
+        let port = free_port();
+        let proc = Proc(
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("data").display()
+                ))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("prometheus (installed by xtask/setup.sh)"),
+        );
+        Self { _proc: proc, port }
+    }
+
+    /// An instant query's single value (NaN if none).
+    fn query(&self, q: &str) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = Command::new("curl")
+                .args(["-s", "--get", "--data-urlencode"])
+                .arg(format!("query={q}"))
+                .arg(format!("http://127.0.0.1:{}/api/v1/query", self.port))
+                .output()
+                .expect("curl");
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            if let Some(x) = v["data"]["result"][0]["value"][1]
+                .as_str()
+                .and_then(|s| s.parse::<f64>().ok())
+            {
+                return x;
+            }
+            if Instant::now() > deadline {
+                panic!("Prometheus has no {q}: {v}");
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}

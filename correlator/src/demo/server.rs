@@ -65,6 +65,9 @@ pub struct DemoServerArgs {
     /// ground truth for checking what the analysis found.
     #[arg(long)]
     pub events: Option<PathBuf>,
+    /// Process name (comm) to take, for tests that find the server by name.
+    #[arg(long, default_value = "demo-server")]
+    pub name: String,
     /// Serve cleanly this long before injecting anything (a cause that
     /// switches on while correlator watch is already attached).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
@@ -329,7 +332,7 @@ fn spin(d: Duration) {
 }
 
 pub fn run(args: &DemoServerArgs) -> Result<()> {
-    set_name("demo-server");
+    set_name(&args.name);
     let injected = Arc::new(Injected::new(args)?);
     let log = Arc::new(EventLog::create(args.events.as_deref())?);
     let lock = Arc::new(Mutex::new(()));

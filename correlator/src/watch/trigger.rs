@@ -80,7 +80,13 @@ pub enum Trigger {
 
 impl std::fmt::Display for Trigger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ms = |ns: u64| ns as f64 / 1e6;
+        let t = |ns: u64| {
+            if ns < 1_000_000 {
+                format!("{:.1} µs", ns as f64 / 1e3)
+            } else {
+                format!("{:.2} ms", ns as f64 / 1e6)
+            }
+        };
         match self {
             Trigger::Slo {
                 percentile,
@@ -88,9 +94,9 @@ impl std::fmt::Display for Trigger {
                 slo_ns,
             } => write!(
                 f,
-                "p{percentile} {:.2} ms over the SLO {:.2} ms",
-                ms(*value_ns),
-                ms(*slo_ns)
+                "p{percentile} {} over the SLO {}",
+                t(*value_ns),
+                t(*slo_ns)
             ),
             Trigger::Cause {
                 cause, evidence, ..

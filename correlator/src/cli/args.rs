@@ -135,6 +135,9 @@ pub enum Command {
     /// Benchmark helper: peak memory of the latency recorder over a long synthetic run.
     #[command(hide = true)]
     Memcheck(MemcheckArgs),
+    /// Benchmark helper: watch's flight recorder on a synthetic feed, RSS over a long simulated run.
+    #[command(hide = true)]
+    WatchMemcheck(crate::harness::watchbench::WatchBenchArgs),
     /// Evaluation: synthetic runs with a known truth, scored (exits non-zero
     /// below the acceptance).
     #[command(hide = true)]

@@ -58,6 +58,11 @@ pub fn memcheck(a: &MemcheckArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+pub fn watch_memcheck(a: &crate::harness::watchbench::WatchBenchArgs) -> Result<ExitCode> {
+    crate::harness::watchbench::run(a)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn symbench(a: &crate::harness::symbench::SymbenchArgs) -> Result<ExitCode> {
     crate::harness::symbench::run(a)?;
     Ok(ExitCode::SUCCESS)

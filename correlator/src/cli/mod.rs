@@ -46,6 +46,7 @@ pub fn execute(cli: Cli) -> Result<ExitCode> {
         Command::DemoHog(a) => helpers::demo_hog(&a),
         Command::SynthRun(a) => helpers::synth_run(&a),
         Command::Memcheck(a) => helpers::memcheck(&a),
+        Command::WatchMemcheck(a) => helpers::watch_memcheck(&a),
         Command::Symbench(a) => helpers::symbench(&a),
         Command::Eval(a) => helpers::eval(&a),
     }

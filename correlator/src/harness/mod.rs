@@ -14,4 +14,5 @@ pub mod symbench;
 pub mod synthetic;
 pub mod testserver;
 pub mod timelines;
+pub mod watchbench;
 pub mod workload;

@@ -410,7 +410,7 @@ impl Watcher {
         };
         let capture = a.rec.capture(
             Window {
-                probes: &a.probes,
+                probes: Some(&a.probes),
                 target: &a.target,
                 follow_children: self.opts.probes.follow_children,
                 passive: self.opts.probes.passive.clone(),

@@ -166,10 +166,9 @@ impl FlightRecorder {
         });
         let mut thread_names = BTreeMap::new();
         w.target.thread_names(w.follow_children, &mut thread_names);
-        let stacks = if w.stacks {
-            crate::symbols::symbolize(w.target.pid, &w.probes.raw_stacks(&timeline))
-        } else {
-            Default::default()
+        let stacks = match (w.stacks, w.probes) {
+            (true, Some(p)) => crate::symbols::symbolize(w.target.pid, &p.raw_stacks(&timeline)),
+            _ => Default::default(),
         };
         let mut notes = w.notes;
         if self.requests_over_cap > 0 {
@@ -209,7 +208,8 @@ impl FlightRecorder {
 
 /// What a window's capture needs from the attached session.
 pub struct Window<'a> {
-    pub probes: &'a Probes,
+    /// The attached probes, for the stacks (None: a synthetic feed).
+    pub probes: Option<&'a Probes>,
     pub target: &'a Target,
     pub follow_children: bool,
     pub passive: Option<PassiveSource>,

@@ -37,9 +37,30 @@ pub struct RecordOptions {
     pub progress: bool,
 }
 
+/// Fails if `path` cannot be written (its directory missing or read-only):
+/// checked before attaching, so a recording is never lost to a typo in
+/// the output path at its end. Leaves no file behind.
+pub fn check_writable(path: &std::path::Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let probe = dir.join(format!(".correlator-write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"").with_context(|| {
+        format!(
+            "cannot write {} (is {} an existing, writable directory?)",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
 /// Records and writes the run file; returns it.
 pub fn record(opts: &RecordOptions) -> Result<RunFile> {
     let target = Target::from_pid(opts.pid)?;
+    check_writable(&opts.out)?;
     let bar = opts.progress.then(|| progress_bar(opts.duration));
     let capture = block_on(capture(
         target,

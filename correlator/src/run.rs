@@ -50,6 +50,18 @@ pub fn run(opts: RunOptions) -> Result<(RunFile, Report)> {
     let target = Target::from_pid(opts.pid)?;
     // Before attaching: a bad option or a dead server fails here, not
     // after the probes are in.
+    for p in [
+        &opts.outputs.json,
+        &opts.outputs.html,
+        &opts.outputs.perfetto,
+        &opts.outputs.folded,
+        &opts.outputs.run_file,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        record::check_writable(p)?;
+    }
     loadgen::check(&opts.load)?;
     let phases = opts.load.rates.len() as u32;
     // Probes stay attached until the load is done (the load signals it);

@@ -95,6 +95,15 @@ fn run_validates_before_attaching() {
         "--warmup must be shorter than --duration",
     );
     fails_with(&run, "is the server listening?");
+    // Outputs are checked too: a report is never lost to a typo at the end.
+    fails_with(
+        &[&run[..], &["--out", "/nonexistent-dir/report.json"]].concat(),
+        "cannot write /nonexistent-dir/report.json",
+    );
+    fails_with(
+        &["record", "--pid", &me, "--out", "/nonexistent-dir/x.run"],
+        "cannot write /nonexistent-dir/x.run",
+    );
 }
 
 /// `watch` validates everything before attaching: the server, the latency

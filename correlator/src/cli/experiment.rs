@@ -57,6 +57,11 @@ pub fn run(args: &ExperimentArgs) -> Result<ExitCode> {
         },
         decide_on: None,
     };
+    // A long experiment's result is never lost to an output path that
+    // cannot be written at its end.
+    for p in [&args.out, &args.html].into_iter().flatten() {
+        crate::record::check_writable(p)?;
+    }
     print_plan(&opts);
     let result = experiment::run(
         &opts,

@@ -74,20 +74,29 @@ fn task_layout() -> Result<String, String> {
     Ok(format!("task_struct.pid at {pid}, .comm at {comm}"))
 }
 
-/// CAP_PERFMON = 38, CAP_BPF = 39 (linux/capability.h).
-fn privileges() -> Result<String, String> {
+fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return Ok("running as root".into());
-    }
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether this process has the effective capability `bit`
+/// (linux/capability.h numbering).
+fn has_capability(bit: u32) -> bool {
     let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
     let caps = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0);
-    let has = |bit: u32| caps & (1u64 << bit) != 0;
-    if has(38) && has(39) {
+    caps & (1u64 << bit) != 0
+}
+
+/// CAP_PERFMON = 38, CAP_BPF = 39 (linux/capability.h).
+fn privileges() -> Result<String, String> {
+    if is_root() {
+        return Ok("running as root".into());
+    }
+    if has_capability(38) && has_capability(39) {
         Ok("CAP_BPF and CAP_PERFMON present".into())
     } else {
         Err(
@@ -114,17 +123,10 @@ fn attach_trial() -> Result<String, String> {
 /// `watch` and `--syscalls` read other processes' descriptors and maps:
 /// root or CAP_SYS_PTRACE (19); not needed for a server of the same user.
 fn read_other_processes() -> Result<String, String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if is_root() {
         return Ok("running as root".into());
     }
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    if caps & (1 << 19) != 0 {
+    if has_capability(19) {
         Ok("CAP_SYS_PTRACE present".into())
     } else {
         Err("no CAP_SYS_PTRACE: --syscalls, watch and symbolization can only read servers of your own user".into())

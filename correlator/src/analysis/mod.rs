@@ -153,9 +153,8 @@ pub struct CodePaths {
     pub notes: Vec<String>,
 }
 
-/// Event families compared between episodes and baseline, as
-/// (report name, counter).
-const FAMILIES: [(&str, Counter); 11] = [
+/// Kernel event families counted per event, as (report name, counter).
+pub const EVENT_FAMILIES: [(&str, Counter); 7] = [
     ("page_faults_minor", Counter::PageFaultsMinor),
     ("page_faults_major", Counter::PageFaultsMajor),
     ("context_switches_voluntary", Counter::SwitchesVoluntary),
@@ -163,6 +162,10 @@ const FAMILIES: [(&str, Counter); 11] = [
     ("migrations", Counter::Migrations),
     ("hardirqs", Counter::HardIrqs),
     ("softirqs", Counter::SoftIrqs),
+];
+
+/// Families of IRQ time (ns), as (report name, counter).
+const TIME_FAMILIES: [(&str, Counter); 4] = [
     ("hardirq_ns", Counter::HardIrqNs),
     ("softirq_ns", Counter::SoftIrqNs),
     ("hardirq_wait_ns", Counter::HardIrqWaitNs),
@@ -382,8 +385,9 @@ fn episode(w: &Window, kt: &KernelTimeline, baseline: &Baseline, accounts: &Acco
     let first = first.saturating_sub(1);
     let n = last - first + 1;
     let sums = kt.sums(first, last);
-    let excess: BTreeMap<String, Excess> = FAMILIES
+    let excess: BTreeMap<String, Excess> = EVENT_FAMILIES
         .iter()
+        .chain(&TIME_FAMILIES)
         .map(|&(name, c)| {
             (
                 name.to_string(),

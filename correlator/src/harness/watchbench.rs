@@ -16,7 +16,6 @@ use anyhow::Result;
 use correlator_common::{NUM_ACCOUNT, NUM_COUNTERS, RequestRecord, UPROBE_FD};
 
 use crate::{
-    analysis::AnalysisOptions,
     latency::passive::PassiveSource,
     memory::rss_bytes,
     probes::KernelTotals,
@@ -187,19 +186,5 @@ fn analyse(rec: &FlightRecorder, me: &Target, span: Option<u64>) -> Result<(RunF
         },
         span,
     )?;
-    let run = RunFile::from_capture(capture);
-    let latency = run
-        .server_latency
-        .as_ref()
-        .map(|s| s.latency.clone())
-        .ok_or_else(|| anyhow::anyhow!("no latency"))?;
-    let report = Report::build(
-        &run,
-        &latency,
-        &AnalysisOptions {
-            slo_ns: None,
-            percentile: Some(99.9),
-        },
-    );
-    Ok((run, report))
+    crate::watch::window_report(capture, None, 99.9)
 }

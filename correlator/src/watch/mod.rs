@@ -27,7 +27,6 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use correlator_common::Counter;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
@@ -423,21 +422,7 @@ impl Watcher {
             },
             span_ns,
         )?;
-        let run = RunFile::from_capture(capture);
-        let latency = run
-            .server_latency
-            .as_ref()
-            .map(|s| s.latency.clone())
-            .context("the window has no server-side latency")?;
-        let report = Report::build(
-            &run,
-            &latency,
-            &AnalysisOptions {
-                slo_ns,
-                percentile: Some(self.opts.percentile),
-            },
-        );
-        Ok((run, report))
+        window_report(capture, slo_ns, self.opts.percentile)
     }
 
     /// Writes the pending trigger's report (if the hourly budget allows).
@@ -591,18 +576,34 @@ impl Watcher {
     }
 }
 
+/// A captured window as a run file and its report, analysed on its
+/// server-side latency.
+pub fn window_report(
+    capture: crate::runfile::Capture,
+    slo_ns: Option<u64>,
+    percentile: f64,
+) -> Result<(RunFile, Report)> {
+    let run = RunFile::from_capture(capture);
+    let latency = run
+        .server_latency
+        .as_ref()
+        .map(|s| s.latency.clone())
+        .context("the window has no server-side latency")?;
+    let report = Report::build(
+        &run,
+        &latency,
+        &AnalysisOptions {
+            slo_ns,
+            percentile: Some(percentile),
+        },
+    );
+    Ok((run, report))
+}
+
 /// Kernel event counts and losses since the last second, into the metrics.
 fn export_totals(m: &Metrics, before: &KernelTotals, now: &KernelTotals) {
     let d = now.since(before);
-    for (name, c) in [
-        ("page_faults_minor", Counter::PageFaultsMinor),
-        ("page_faults_major", Counter::PageFaultsMajor),
-        ("context_switches_voluntary", Counter::SwitchesVoluntary),
-        ("context_switches_involuntary", Counter::SwitchesInvoluntary),
-        ("migrations", Counter::Migrations),
-        ("hardirqs", Counter::HardIrqs),
-        ("softirqs", Counter::SoftIrqs),
-    ] {
+    for &(name, c) in &crate::analysis::EVENT_FAMILIES {
         m.kernel_events
             .get_or_create(&label("family", name))
             .inc_by(d.counters[c as usize]);

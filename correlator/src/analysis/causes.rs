@@ -233,7 +233,22 @@ pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature
             (kind, Some(p))
         };
         if p_value.is_some_and(|p| p >= alpha) {
-            not_significant.push(format!("{} ({}, p = {p:.2})", kind.name(), pct(share)));
+            // Beside the p-value, what the baseline windows held: a share
+            // that is also common outside the episodes is why.
+            let mut b = in_baseline.clone();
+            b.sort_by(f64::total_cmp);
+            let q = |f: f64| {
+                b.get(((b.len() as f64 - 1.0) * f).round() as usize)
+                    .copied()
+                    .unwrap_or(0.0)
+            };
+            not_significant.push(format!(
+                "{} ({}, p = {p:.2}; baseline windows median {}, 90th percentile {})",
+                kind.name(),
+                pct(share),
+                pct(q(0.5)),
+                pct(q(0.9))
+            ));
             continue;
         }
         let (evidence, detail) = evidence(kind, episodes, share, total);

@@ -330,6 +330,47 @@ live_test! {
     }
 }
 
+live_test! {
+    /// SIGTERM while a trigger waits out `--after`: watch stops at once and
+    /// writes that report from what it captured.
+    fn sigterm_with_a_pending_trigger_writes_its_report() {
+        let dir = scratch("watch-sigterm");
+        let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1", "--injector-cpu", "0"]);
+        let _load = Proc(
+            Command::new(BIN)
+                .args(["load", &format!("tcp://{addr}"), "--quiet", "--rate", "2000"])
+                .args(["--load-cpus", "0", "--warmup", "0s", "--duration", "30s"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("load"),
+        );
+        let out = dir.join("reports");
+        let mut watch = Command::new(BIN)
+            .args(["watch", "--pid", &server.0.id().to_string(), "--syscalls"])
+            .args(["--slo", "1us", "--percentile", "99", "--window", "2s"])
+            .args(["--after", "50s", "--out", out.to_str().expect("utf-8")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("watch");
+        let (lines, reader) = collect_lines(watch.stderr.take().expect("stderr"));
+        let armed = Instant::now() + Duration::from_secs(20);
+        while !lines.lock().expect("lines").iter().any(|(_, l)| l.contains("writing the report in")) {
+            assert!(Instant::now() < armed, "never armed: {:#?}", lines.lock().expect("lines"));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let sent = Instant::now();
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
+        let status = watch.wait().expect("watch exits");
+        reader.join().expect("reader");
+        assert!(status.success(), "{status}");
+        assert!(sent.elapsed() < Duration::from_secs(10), "took {:?} to stop", sent.elapsed());
+        let reports = std::fs::read_dir(&out).expect("reports").flatten().filter(|e| e.path().join("report.json").is_file()).count();
+        assert_eq!(reports, 1, "{:#?}", lines.lock().expect("lines"));
+    }
+}
+
 /// Debian's Prometheus on a private port and data directory, scraping
 /// watch's endpoint every second.
 struct Prometheus {

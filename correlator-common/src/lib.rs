@@ -314,14 +314,10 @@ pub enum Account {
     SamplesSyscall = 10 + NUM_WAIT_SITES as u32,
     SamplesFault = 11 + NUM_WAIT_SITES as u32,
     SamplesIrq = 12 + NUM_WAIT_SITES as u32,
-    /// Softirq time on the CPU the thread slept on, waiting for input
-    /// (wait site idle), before it was woken: receive work on its CPU that
-    /// held back the input it waited for (part of the idle wait).
-    SoftIrqIdle = 13 + NUM_WAIT_SITES as u32,
 }
 
 /// Number of [`Account`] slots.
-pub const NUM_ACCOUNT: usize = 14 + NUM_WAIT_SITES;
+pub const NUM_ACCOUNT: usize = 13 + NUM_WAIT_SITES;
 
 /// One target thread's account of one time bucket, emitted when the thread
 /// first does something in a later bucket (so at most one per thread per
@@ -502,11 +498,6 @@ pub struct CpuState {
     pub target_tid: u32,
     /// Target thread preempted on this CPU and still waiting, 0 if none.
     pub waiting_tid: u32,
-    /// Target thread that last went to sleep on this CPU waiting for input
-    /// (wait site idle), 0 if none: softirq work here while it sleeps
-    /// (packets received on its CPU) delays the input it waits for.
-    pub idle_tid: u32,
-    pub _pad: u32,
     /// Last context switch on this CPU while `waiting_tid` waits.
     pub last_switch_ts: u64,
     /// Entry time of the hard IRQ in progress (0 = none or not attributed).

@@ -3,7 +3,7 @@
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use correlator_common::{
-    Account, Counter, CpuState, IrqKind, NUM_TOTALS, OffCpuKind, TOTAL_IRQ_KIND_BASE, WaitSite,
+    Account, Counter, CpuState, IrqKind, NUM_TOTALS, OffCpuKind, TOTAL_IRQ_KIND_BASE,
 };
 
 use crate::{
@@ -15,26 +15,6 @@ use crate::{
 /// Bits of `CpuState::irq_while_waiting`.
 pub(crate) const HARDIRQ_WAITING: u64 = 1;
 pub(crate) const SOFTIRQ_WAITING: u64 = 2;
-/// The softirq in progress started while a target thread slept on this CPU
-/// waiting for input (`CpuState::idle_tid`).
-pub(crate) const SOFTIRQ_IDLE: u64 = 4;
-
-/// The target thread asleep on this CPU waiting for input and not yet
-/// woken, 0 if none (`idle_tid` is only replaced at the next such sleep).
-#[inline(always)]
-pub(crate) fn idle_waiter(state: &CpuState) -> u32 {
-    let Some(w) = thread(state.idle_tid) else {
-        return 0;
-    };
-    // SAFETY: map value.
-    let asleep = unsafe {
-        (*w).off_kind == OffCpuKind::Blocked as u32
-            && (*w).wakeup_ts == 0
-            && (*w).off_site == WaitSite::Idle as u32
-            && (*w).cpu_out == cpu_id()
-    };
-    if asleep { state.idle_tid } else { 0 }
-}
 
 /// Whether `cpu`'s waiting target thread really still waits for this CPU
 /// (`waiting_tid` is only cleared at the CPU's next context switch).
@@ -164,41 +144,16 @@ pub fn softirq_entry(_ctx: BtfTracePointContext) -> i32 {
     if let Some(cpu) = cpu_state() {
         // SAFETY: per-CPU value; softirqs do not nest on a CPU.
         let state = unsafe { &mut *cpu };
-        let (mut start, waiting) = irq_start(state);
-        state.irq_while_waiting &= !(SOFTIRQ_WAITING | SOFTIRQ_IDLE);
-        if waiting {
-            state.irq_while_waiting |= SOFTIRQ_WAITING;
-        } else if start == 0 && idle_waiter(state) != 0 {
-            start = now();
-            state.irq_while_waiting |= SOFTIRQ_IDLE;
-        }
+        let (start, waiting) = irq_start(state);
         state.softirq_start = start;
         state.softirq_nested_ns = 0;
+        if waiting {
+            state.irq_while_waiting |= SOFTIRQ_WAITING;
+        } else {
+            state.irq_while_waiting &= !SOFTIRQ_WAITING;
+        }
     }
     0
-}
-
-/// Books a softirq that started while target thread `tid` slept on this
-/// CPU waiting for input: until its wakeup, as receive work ahead of its
-/// input; after a wakeup onto this CPU, as a wait for the CPU (the packet
-/// that woke it was in this softirq).
-#[inline(always)]
-fn softirq_while_idle(sink: &Sink, tid: u32, start: u64, ts: u64, duration: u64) {
-    let Some(w) = thread(tid) else { return };
-    // SAFETY: map value.
-    let (wakeup, wait_cpu) = unsafe { ((*w).wakeup_ts, (*w).wait_cpu) };
-    let woken_in = wakeup > start && wakeup < ts;
-    let idle = if woken_in {
-        (wakeup - start).min(duration)
-    } else {
-        duration
-    };
-    thread_acct(tid, ts, Account::SoftIrqIdle, idle);
-    if woken_in && wait_cpu == cpu_id() {
-        let woken = ts - wakeup;
-        sink.add(Counter::SoftIrqWaitNs, woken);
-        thread_acct(tid, ts, Account::SoftIrqWait, woken);
-    }
 }
 
 /// softirq_exit(unsigned int vec_nr)
@@ -237,10 +192,6 @@ pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
     if state.irq_while_waiting & SOFTIRQ_WAITING != 0 {
         sink.add(Counter::SoftIrqWaitNs, duration);
         thread_acct(state.waiting_tid, ts, Account::SoftIrqWait, duration);
-        return 0;
-    }
-    if state.irq_while_waiting & SOFTIRQ_IDLE != 0 {
-        softirq_while_idle(&sink, state.idle_tid, start, ts, duration);
         return 0;
     }
     let vec: u32 = arg(&ctx, 0);

@@ -213,12 +213,6 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     state.off_ustack = out.ustack;
     // Named by note_runner when that task's slice ends (or by userspace).
     state.next_comm[0] = 0;
-    if !runnable && state.off_site == WaitSite::Idle as u32 {
-        // Asleep waiting for input: softirq work on this CPU from now until
-        // its wakeup is receive work ahead of that input.
-        // SAFETY: per-CPU value; sched_switch runs with IRQs off.
-        unsafe { (*cpu).idle_tid = out.tid };
-    }
     if runnable {
         // Still runnable here: watch this CPU until the thread runs again
         // (who runs longest, and IRQ time while it waits).

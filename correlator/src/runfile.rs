@@ -274,10 +274,9 @@ pub const ACCOUNT_NAMES: [&str; correlator_common::NUM_ACCOUNT] = [
     "samples_syscall",
     "samples_fault",
     "samples_irq",
-    "softirq_idle",
 ];
 
-const _: () = assert!(correlator_common::Account::SoftIrqIdle as usize == ACCOUNT_NAMES.len() - 1);
+const _: () = assert!(correlator_common::Account::SamplesIrq as usize == ACCOUNT_NAMES.len() - 1);
 
 /// Name of each counter slot in run files.
 pub fn counter_name(c: Counter) -> &'static str {

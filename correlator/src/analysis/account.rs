@@ -344,12 +344,6 @@ impl<'a> Accounts<'a> {
         };
         let user = rest - fault;
         let migration = migration_on + s.migration_off + blocked_slot(Site::Migration);
-        // Waiting for input while the CPU it sleeps on did receive work:
-        // that part of the wait was the input held up in softirq, not its
-        // absence (measured by the kernel side between sleep and wakeup).
-        let idle_all = blocked(Site::Idle);
-        let idle_softirq = slot(Account::SoftIrqIdle).min(idle_all);
-        let idle = idle_all - idle_softirq;
         let mut account = TimeAccount {
             duration_ns: d,
             thread: Some(format!(
@@ -376,9 +370,9 @@ impl<'a> Accounts<'a> {
             blocked_sleep_ns: blocked(Site::Sleep) as u64,
             blocked_other_ns: blocked(Site::Other) as u64,
             wait_site: top(&s.by_wait),
-            idle_ns: idle as u64,
+            idle_ns: blocked(Site::Idle) as u64,
             hardirq_ns: hardirq as u64,
-            softirq_ns: (softirq + idle_softirq) as u64,
+            softirq_ns: softirq as u64,
             steal_ns: steal as u64,
             unexplained_ns: 0,
             explained_share: 0.0,

@@ -268,34 +268,6 @@ fn waiting_through_softirq_work_is_softirq_not_preemption() {
     );
 }
 
-/// Receive work steered to the server's CPU (RPS, IRQ affinity) runs while
-/// the server sleeps in epoll_wait: its requests are held up in softirq
-/// while it looks idle. The kernel side measures the softirq time on the
-/// CPU it slept on, and that part of the idle wait is softirq, not idle
-/// (never more than the idle wait itself).
-#[test]
-fn softirq_on_the_cpu_an_idle_server_sleeps_on_is_softirq_not_idle() {
-    let mut s = Synth::new(10_000.0, 5);
-    for at in sporadic_times(8, 5) {
-        s.stall(at, 10 * MS);
-        s.blocked(SERVER, at, 10 * MS, Site::Idle, Some(232));
-        s.acct(SERVER, at, 10 * MS, Account::SoftIrqIdle as usize, 9 * MS);
-    }
-    s.ordinary_sleeps(SERVER);
-    let a = run(s);
-    assert_eq!(
-        top(&a),
-        Some(CauseKind::Softirq),
-        "{:#?}",
-        a.classification.causes
-    );
-    for e in &a.episodes {
-        let acc = &e.account;
-        assert!(acc.softirq_ns > 8 * MS && acc.idle_ns < 2 * MS, "{acc:#?}");
-        assert!(acc.measured_ns() <= acc.duration_ns + MS, "{acc:#?}");
-    }
-}
-
 #[test]
 fn major_faults_and_migrations() {
     let mut s = Synth::new(10_000.0, 5);

@@ -157,23 +157,7 @@ pub struct ThreadAccount {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_syscall: Option<(u32, u64)>,
     /// Indexed by `correlator_common::Account`.
-    #[serde(deserialize_with = "account_slots")]
     pub ns: [u64; NUM_ACCOUNT],
-}
-
-/// Reads the account's slots, zero-filling the slots a run file written
-/// before they existed does not have (new slots are only ever appended).
-fn account_slots<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[u64; NUM_ACCOUNT], D::Error> {
-    let v: Vec<u64> = Deserialize::deserialize(d)?;
-    if v.len() > NUM_ACCOUNT {
-        return Err(serde::de::Error::invalid_length(
-            v.len(),
-            &"at most the account slots this version knows",
-        ));
-    }
-    let mut ns = [0; NUM_ACCOUNT];
-    ns[..v.len()].copy_from_slice(&v);
-    Ok(ns)
 }
 
 impl From<&ThreadBucket> for ThreadAccount {

@@ -188,23 +188,6 @@ fn dominant(
 }
 
 /// Each account's share of its window in `kind`'s category.
-/// The category that took most of a window's time: a server category the
-/// causes are tested in, or the environment (steal, idle; unmeasured time
-/// counts as idle).
-pub fn dominant_category(a: &TimeAccount) -> CauseKind {
-    let (cause, t) = SERVER_CAUSES
-        .iter()
-        .chain(&[CauseKind::Steal, CauseKind::Idle])
-        .map(|&c| (c, c.time(a)))
-        .max_by_key(|&(c, t)| (t, std::cmp::Reverse(c)))
-        .unwrap_or((CauseKind::Idle, 0));
-    if a.unexplained_ns > t {
-        CauseKind::Idle
-    } else {
-        cause
-    }
-}
-
 fn shares<'a>(accounts: impl Iterator<Item = &'a TimeAccount>, kind: CauseKind) -> Vec<f64> {
     accounts
         .map(|a| kind.time(a) as f64 / a.duration_ns.max(1) as f64)
@@ -237,27 +220,10 @@ pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature
         }
         let in_episodes = shares(episodes.iter().map(|e| &e.account), kind);
         let in_baseline = shares(baseline.iter(), kind);
-        // Two one-sided U tests against the baseline windows, Bonferroni
-        // over both: all episodes, and the episodes this category
-        // dominates (its family). With two problems in one run, the other
-        // family's episodes hold none of this category and dilute the
-        // first test (seen: softirq 69% of episode time, p = 0.05 over all
-        // 54 episodes, in 31 of which it took ~90%).
-        let own: Vec<f64> = episodes
-            .iter()
-            .filter(|e| dominant_category(&e.account) == kind)
-            .map(|e| kind.time(&e.account) as f64 / e.account.duration_ns.max(1) as f64)
-            .collect();
         let p = if in_baseline.is_empty() {
             1.0
         } else {
-            let all = stats::mann_whitney_greater(&in_episodes, &in_baseline);
-            let family = if own.len() >= 2 && own.len() < in_episodes.len() {
-                stats::mann_whitney_greater(&own, &in_baseline)
-            } else {
-                all
-            };
-            (2.0 * all.min(family)).min(1.0)
+            stats::mann_whitney_greater(&in_episodes, &in_baseline)
         };
         let (kind, p_value) = if kind == CauseKind::OnCpu && load {
             // Busy serving while spikes grow with the offered rate: the

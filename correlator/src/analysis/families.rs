@@ -39,7 +39,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Episode, LatencyReport, account::TimeAccount, causes::CauseKind, episodes, signature::Signature,
+    Episode, LatencyReport,
+    account::TimeAccount,
+    causes::{CauseKind, SERVER_CAUSES},
+    episodes,
+    signature::Signature,
 };
 use crate::{
     latency::{Distribution, capture::LatencyCapture},
@@ -129,9 +133,15 @@ pub struct Family {
 /// The family key of one episode: its dominant category (unmeasured time
 /// counts as environment) and the detail that splits that category.
 fn key(a: &TimeAccount) -> (CauseKind, Option<String>) {
-    let cause = super::causes::dominant_category(a);
-    if cause == CauseKind::Idle {
-        return (cause, None);
+    // The server categories the causes are tested in, and the environment.
+    let (cause, t) = SERVER_CAUSES
+        .iter()
+        .chain(&[CauseKind::Steal, CauseKind::Idle])
+        .map(|&c| (c, c.time(a)))
+        .max_by_key(|&(c, t)| (t, std::cmp::Reverse(c)))
+        .unwrap_or((CauseKind::Idle, 0));
+    if a.unexplained_ns > t {
+        return (CauseKind::Idle, None);
     }
     let detail = match cause {
         CauseKind::Blocking => a.wait_site.clone(),

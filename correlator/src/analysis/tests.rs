@@ -268,46 +268,6 @@ fn waiting_through_softirq_work_is_softirq_not_preemption() {
     );
 }
 
-/// Two problems in one run: softirq work delaying the server (most of the
-/// episode time) and as many shorter episodes of the client sending late
-/// (the server idle, no softirq in them), with softirq work ordinary
-/// outside the episodes too
-/// (8% of every baseline window). Over all episodes the idle ones dilute
-/// the softirq test; the episodes softirq dominates carry it.
-#[test]
-fn a_cause_is_tested_on_its_own_episodes_too() {
-    let mut s = Synth::new(10_000.0, 5);
-    let times = sporadic_times(20, 5);
-    for (i, &at) in times.iter().enumerate() {
-        if i % 2 == 0 {
-            s.stall(at, 8 * MS);
-            s.preempted(SERVER, at, 8 * MS, "ksoftirqd/1");
-            s.acct(
-                SERVER,
-                at,
-                8 * MS,
-                Account::SoftIrqWait as usize,
-                7_600 * US,
-            );
-        } else {
-            s.stall(at, 3 * MS);
-            s.blocked(SERVER, at, 3 * MS, Site::Idle, Some(232));
-        }
-    }
-    s.ordinary_sleeps(SERVER);
-    // Ordinary receive work outside the episodes: 8% of the time. (The
-    // late-client episodes have none: the server was idle, nothing came.)
-    let mut t = T0;
-    while t < T0 + 5_000 * MS {
-        if !times.iter().any(|&at| t + MS > at && t < at + 8 * MS) {
-            s.acct(SERVER, t, MS, Account::SoftIrq as usize, 80 * US);
-        }
-        t += MS;
-    }
-    let a = run(s);
-    assert_eq!(top(&a), Some(CauseKind::Softirq), "{:#?}", a.classification);
-}
-
 #[test]
 fn major_faults_and_migrations() {
     let mut s = Synth::new(10_000.0, 5);

@@ -18,23 +18,14 @@ use std::{
     time::{Duration, Instant},
 };
 
+// CLOCK_MONOTONIC, the clock of the servers' event logs.
+use correlator::clock::monotonic_ns;
 use serde_json::Value;
 
 use crate::util::{BIN, Proc, demo_server, free_port, helper_server, scratch};
 
 const CLEAN: Duration = Duration::from_secs(60);
 const AFTER: Duration = Duration::from_secs(10);
-
-/// CLOCK_MONOTONIC now, ns (the clock of the server's event log).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// Lines with the CLOCK_MONOTONIC time each arrived.
 type Lines = Arc<Mutex<Vec<(u64, String)>>>;

@@ -112,15 +112,7 @@ fn watch_scenario(server: Server, during: impl FnOnce(u16)) -> Outcome {
         }
     };
     let watch_for = CLEAN + AFTER + Duration::from_secs(30);
-    let _load = Proc(
-        Command::new(BIN)
-            .args(["load", &format!("tcp://{addr}"), "--quiet"])
-            .args(["--rate", "2000", "--load-cpus", "0", "--warmup", "0s"])
-            .args(["--duration", &format!("{}s", watch_for.as_secs() + 5)])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("load"),
-    );
+    let _load = external_load(&addr, watch_for.as_secs() + 5);
     let port = free_port();
     let out = dir.join("reports");
     let mut watch = Command::new(BIN)
@@ -147,19 +139,43 @@ fn watch_scenario(server: Server, during: impl FnOnce(u16)) -> Outcome {
     let lines = lines.lock().expect("lines").clone();
     let reports = lines
         .iter()
-        .filter_map(|(t, l)| {
-            let dir = l
-                .strip_prefix("correlator watch: report ")?
-                .split(" (")
-                .next()?;
-            Some((*t, read_report(Path::new(dir))))
-        })
+        .filter_map(|(t, l)| Some((*t, read_report(report_dir(l)?))))
         .collect();
     Outcome {
         first_event_ns,
         reports,
         started_ns,
     }
+}
+
+/// The external client: `correlator load` at 2,000 req/s on CPU 0 (the
+/// server's is CPU 1) for `secs` seconds.
+fn external_load(addr: &str, secs: u64) -> Proc {
+    Proc(
+        Command::new(BIN)
+            .args([
+                "load",
+                &format!("tcp://{addr}"),
+                "--quiet",
+                "--rate",
+                "2000",
+            ])
+            .args(["--load-cpus", "0", "--warmup", "0s"])
+            .args(["--duration", &format!("{secs}s")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("load"),
+    )
+}
+
+/// The report directory a line of watch's stderr announces, if it does.
+fn report_dir(line: &str) -> Option<&Path> {
+    let dir = line
+        .strip_prefix("correlator watch: report ")?
+        .split(" (")
+        .next()?;
+    Some(Path::new(dir))
 }
 
 fn read_report(dir: &Path) -> Value {
@@ -243,17 +259,7 @@ live_test! {
         let serve = || {
             demo_server(&["--scenario", "none", "--cpu", "1", "--injector-cpu", "0", "--name", "watch-restart"])
         };
-        let load = |addr: &str| {
-            Proc(
-                Command::new(BIN)
-                    .args(["load", &format!("tcp://{addr}"), "--quiet", "--rate", "2000"])
-                    .args(["--load-cpus", "0", "--warmup", "0s", "--duration", "60s"])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("load"),
-            )
-        };
+        let load = |addr: &str| external_load(addr, 60);
         let (first, addr) = serve();
         let first_load = load(&addr);
         let port = free_port();
@@ -309,10 +315,7 @@ live_test! {
         let after: Vec<Value> = lines
             .iter()
             .filter(|(t, _)| *t > attached.0)
-            .filter_map(|(_, l)| {
-                let d = l.strip_prefix("correlator watch: report ")?.split(" (").next()?;
-                Some(read_report(Path::new(d)))
-            })
+            .filter_map(|(_, l)| Some(read_report(report_dir(l)?)))
             .collect();
         let report = after.first().unwrap_or_else(|| panic!("no report after the restart: {lines:#?}"));
         assert_eq!(report["target"]["pid"], second_pid);
@@ -327,15 +330,7 @@ live_test! {
     fn sigterm_with_a_pending_trigger_writes_its_report() {
         let dir = scratch("watch-sigterm");
         let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1", "--injector-cpu", "0"]);
-        let _load = Proc(
-            Command::new(BIN)
-                .args(["load", &format!("tcp://{addr}"), "--quiet", "--rate", "2000"])
-                .args(["--load-cpus", "0", "--warmup", "0s", "--duration", "30s"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("load"),
-        );
+        let _load = external_load(&addr, 30);
         let out = dir.join("reports");
         let mut watch = Command::new(BIN)
             .args(["watch", "--pid", &server.0.id().to_string(), "--syscalls"])

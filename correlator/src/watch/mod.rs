@@ -297,23 +297,23 @@ impl Watcher {
         if !alive {
             return self.target_exited(now);
         }
-        if let (Some(slo), None) = (self.opts.slo, &self.pending)
-            && let Some((value, _)) = self.slo.percentile(self.opts.percentile)
+        let Some((value, _)) = self.slo.percentile(self.opts.percentile) else {
+            return Ok(true);
+        };
+        self.metrics.window_percentile.set(value as f64 / 1e9);
+        if let Some(slo_ns) = self.slo_ns()
+            && self.pending.is_none()
+            && value > slo_ns
+            && now >= self.quiet_until
         {
-            self.metrics.window_percentile.set(value as f64 / 1e9);
-            let slo_ns = u64::try_from(slo.as_nanos()).unwrap_or(u64::MAX);
-            if value > slo_ns && now >= self.quiet_until {
-                self.arm(
-                    now,
-                    Trigger::Slo {
-                        percentile: self.opts.percentile,
-                        value_ns: value,
-                        slo_ns,
-                    },
-                );
-            }
-        } else if let Some((value, _)) = self.slo.percentile(self.opts.percentile) {
-            self.metrics.window_percentile.set(value as f64 / 1e9);
+            self.arm(
+                now,
+                Trigger::Slo {
+                    percentile: self.opts.percentile,
+                    value_ns: value,
+                    slo_ns,
+                },
+            );
         }
         Ok(true)
     }

@@ -3,15 +3,27 @@
 //! A cause's share is the part of all episode time measured in its
 //! category. A server cause is claimed only when its share in episodes is
 //! higher than in the run's own baseline windows (stretches of the same
-//! length outside every episode), by a one-sided Mann-Whitney U test at
-//! α = 0.05, Bonferroni-corrected over the categories tested. Environment
+//! length outside every episode), by a one-sided two-sample
+//! Kolmogorov-Smirnov test at α = 0.05, Bonferroni-corrected over the
+//! categories tested. KS and not the U test: a run's episodes mix
+//! families, and a family full of one category beside episodes that hold
+//! none of it is a gap between the distributions (which KS measures), not
+//! a shift of all episodes (which U measures, and which the other
+//! episodes cancel). The test is over every episode, not the family a
+//! category dominates: choosing episodes by their share of a category and
+//! then testing that share is biased toward claiming it.
+//!
+//! Claimed server causes are listed in the order of the families they
+//! head (families are ranked by their share of the tail), then by share:
+//! summed over all episodes, many small stalls of the machine's own
+//! outweighed a rare big one that made the p99.9. Environment
 //! causes (the server idle, waiting for work; hypervisor steal) are not
 //! claims about the server: they are reported with their share whatever it
 //! is, so that a run whose spikes began outside the server says so.
 
 use serde::{Deserialize, Serialize};
 
-use super::{Episode, account::TimeAccount, signature::Signature};
+use super::{Episode, account::TimeAccount, families::Family, signature::Signature};
 use crate::stats;
 
 /// What delayed the requests.
@@ -64,6 +76,15 @@ impl CauseKind {
             CauseKind::Queueing => "queueing",
             CauseKind::Steal => "steal",
             CauseKind::Idle => "idle",
+        }
+    }
+
+    /// The category this cause is measured and grouped in (queueing is
+    /// on-CPU time under a load-correlated signature).
+    pub(crate) fn tested_as(self) -> CauseKind {
+        match self {
+            CauseKind::Queueing => CauseKind::OnCpu,
+            c => c,
         }
     }
 
@@ -142,7 +163,7 @@ pub struct Cause {
     pub cause: CauseKind,
     /// Share of all episode time measured in this cause's category (0..1).
     pub score: f64,
-    /// One-sided U test of the per-episode shares against the baseline
+    /// One-sided KS test of the per-episode shares against the baseline
     /// windows' (absent for environment causes and queueing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p_value: Option<f64>,
@@ -195,8 +216,13 @@ fn shares<'a>(accounts: impl Iterator<Item = &'a TimeAccount>, kind: CauseKind) 
 }
 
 /// Ranks causes for the episodes; `baseline` holds the accounts of the
-/// baseline windows.
-pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature) -> Ranking {
+/// baseline windows, `families` the episodes' families, ranked.
+pub fn rank(
+    episodes: &[Episode],
+    baseline: &[TimeAccount],
+    families: &[Family],
+    signature: Signature,
+) -> Ranking {
     let total: f64 = episodes
         .iter()
         .map(|e| e.account.duration_ns as f64)
@@ -223,7 +249,7 @@ pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature
         let p = if in_baseline.is_empty() {
             1.0
         } else {
-            stats::mann_whitney_greater(&in_episodes, &in_baseline)
+            stats::ks_greater(&in_episodes, &in_baseline)
         };
         let (kind, p_value) = if kind == CauseKind::OnCpu && load {
             // Busy serving while spikes grow with the offered rate: the
@@ -253,7 +279,7 @@ pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature
         }
         let (evidence, detail) = evidence(kind, episodes, share, total);
         let p_text = p_value.map_or(String::new(), |p| {
-            format!("; more than in the baseline windows (U test p = {p:.1e})")
+            format!("; more than in the baseline windows (KS test p = {p:.1e})")
         });
         causes.push(Cause {
             cause: kind,
@@ -278,7 +304,18 @@ pub fn rank(episodes: &[Episode], baseline: &[TimeAccount], signature: Signature
             });
         }
     }
-    causes.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let family_rank = |c: &Cause| {
+        families
+            .iter()
+            .position(|f| !f.environment && f.cause == c.cause.tested_as())
+            .unwrap_or(usize::MAX)
+    };
+    causes.sort_by(|a, b| {
+        (!a.cause.is_server())
+            .cmp(&!b.cause.is_server())
+            .then(family_rank(a).cmp(&family_rank(b)))
+            .then(b.score.total_cmp(&a.score))
+    });
     Ranking {
         causes,
         not_significant,

@@ -429,7 +429,7 @@ fn classify(
             not_significant: Vec::new(),
         };
     }
-    let ranking = causes::rank(episodes, baseline, sig.signature);
+    let ranking = causes::rank(episodes, baseline, families, sig.signature);
     Classification {
         signature: sig.signature,
         period_ms: sig.period_ms,

@@ -481,6 +481,8 @@ pub fn spearman(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
     Some((rho, norm_sf(z)))
 }
 
+mod ks;
+pub use ks::ks_greater;
 pub mod periodicity;
 pub mod sequential;
 

@@ -263,3 +263,33 @@ fn spearman_ranks_and_signs() {
     assert!((rho - 0.828_571).abs() < 1e-5, "{rho}");
     assert!(super::spearman(&[1., 1., 1., 1., 1.], &[1., 2., 3., 4., 5.]).is_none());
 }
+
+#[derive(serde::Deserialize)]
+struct KsCase {
+    name: String,
+    a: Vec<f64>,
+    b: Vec<f64>,
+    p_value: f64,
+}
+
+#[derive(serde::Deserialize)]
+struct KsFixture {
+    cases: Vec<KsCase>,
+}
+
+#[test]
+fn ks_greater_matches_scipy_exact() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/ks.json");
+    let fixture: KsFixture =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json");
+    assert!(fixture.cases.len() >= 20);
+    for c in &fixture.cases {
+        let p = ks_greater(&c.a, &c.b);
+        assert!(
+            (p - c.p_value).abs() <= 1e-7 * c.p_value + 1e-15,
+            "{}: p {p} vs scipy {}",
+            c.name,
+            c.p_value
+        );
+    }
+}

@@ -19,6 +19,7 @@ use crate::{
         Report,
         confirmation::{Confirmation, Outcome, Plan, Planned},
     },
+    stats::Finding,
     target::Target,
 };
 use anyhow::Result;
@@ -338,7 +339,7 @@ fn judge(
     t: &crate::experiment::Test,
     improved: bool,
 ) -> (Outcome, String) {
-    let regression = t.verdict.starts_with("regression");
+    let regression = t.finding == Finding::Regression;
     let Some(expected) = planned.expected_change_pct else {
         // A candidate: the experiment alone decides. No meaningful change
         // either way (the CI says so) refutes it.
@@ -434,7 +435,7 @@ fn confirm_one(
             )
         });
     };
-    let improved = t.verdict.starts_with("improvement");
+    let improved = t.finding == Finding::Improvement;
     let (outcome, why) = judge(&planned, isolates, &t, improved);
     Ok(Confirmation {
         outcome,
@@ -527,7 +528,7 @@ mod tests {
     }
 
     /// An experiment's test of the percentile with this change and CI.
-    fn test(change: f64, ci: (f64, f64), verdict: &str) -> crate::experiment::Test {
+    fn test(change: f64, ci: (f64, f64), finding: Finding) -> crate::experiment::Test {
         crate::experiment::Test {
             percentile: 99.0,
             n_a: 10,
@@ -546,7 +547,8 @@ mod tests {
             min_change_pct: 5.0,
             detectable_change_pct: 10.0,
             bootstrap_non_finite: 0,
-            verdict: verdict.into(),
+            finding,
+            verdict: format!("{finding:?}"),
         }
     }
 
@@ -555,7 +557,7 @@ mod tests {
         // confirm_live's preemption run that came out inconclusive under a
         // "prediction ≥ 1/3 of the change" cut-off: −84% measured, −38%
         // predicted, the hog stopped.
-        let t = test(-84.0, (-90.0, -75.0), "improvement");
+        let t = test(-84.0, (-90.0, -75.0), Finding::Improvement);
         let (o, _) = judge(&planned(-38.0), true, &t, true);
         assert_eq!(o, Outcome::Confirmed);
         // Moving the server away from its CPUs moves it from more than the
@@ -564,7 +566,7 @@ mod tests {
         assert_eq!(o, Outcome::Inconclusive);
         assert!(why.contains("something else"), "{why}");
         // ... and a CI that holds the prediction confirms it.
-        let t = test(-45.0, (-60.0, -30.0), "improvement");
+        let t = test(-45.0, (-60.0, -30.0), Finding::Improvement);
         assert_eq!(
             judge(&planned(-38.0), false, &t, true).0,
             Outcome::Confirmed
@@ -573,14 +575,14 @@ mod tests {
 
     #[test]
     fn no_improvement_refutes_only_when_the_ci_rules_the_prediction_out() {
-        let t = test(-3.0, (-10.0, 5.0), "no significant difference");
+        let t = test(-3.0, (-10.0, 5.0), Finding::NoDifference);
         assert_eq!(judge(&planned(-40.0), true, &t, false).0, Outcome::Refuted);
-        let t = test(-20.0, (-60.0, 10.0), "no significant difference");
+        let t = test(-20.0, (-60.0, 10.0), Finding::NoDifference);
         assert_eq!(
             judge(&planned(-40.0), true, &t, false).0,
             Outcome::Inconclusive
         );
-        let t = test(30.0, (10.0, 50.0), "regression");
+        let t = test(30.0, (10.0, 50.0), Finding::Regression);
         assert_eq!(judge(&planned(-40.0), true, &t, false).0, Outcome::Refuted);
     }
 }

@@ -10,9 +10,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::util::{BIN, helper_server, run_report, scratch};
-
-const VENV_PYTHON: &str = "/var/lib/correlator-tests/venv/bin/python";
+use crate::util::{BIN, VENV_PYTHON, helper_server, run_report, scratch};
 
 /// Peak RSS (KiB) and success of a child, from wait4's rusage.
 fn wait_rusage(child: std::process::Child) -> (bool, i64) {

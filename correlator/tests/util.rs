@@ -199,6 +199,9 @@ pub fn wait_listening(port: u16) {
     }
 }
 
+/// The test venv's Python (xtask/setup.sh), with PyPI's `perfetto`.
+pub const VENV_PYTHON: &str = "/var/lib/correlator-tests/venv/bin/python";
+
 /// A Debian server binary, or None (skip) outside CI.
 pub fn debian_binary(path: &str, test: &str) -> Option<String> {
     if std::path::Path::new(path).exists() {

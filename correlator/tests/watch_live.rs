@@ -8,7 +8,9 @@
 //! one (the path server's 32 MiB fault burst every 300 ms, inside the
 //! request it delays). The sporadic run is also scraped by a real
 //! Prometheus server (Debian's), whose query API must return watch's
-//! series. Needs root + BPF (fails, not skips, with CI=true).
+//! series; the periodic run's report carries a Perfetto trace that must
+//! decode with the official schema. Needs root + BPF (fails, not skips,
+//! with CI=true).
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -22,7 +24,7 @@ use std::{
 use correlator::clock::monotonic_ns;
 use serde_json::Value;
 
-use crate::util::{BIN, Proc, demo_server, free_port, helper_server, scratch};
+use crate::util::{BIN, Proc, VENV_PYTHON, demo_server, free_port, helper_server, scratch};
 
 const CLEAN: Duration = Duration::from_secs(60);
 const AFTER: Duration = Duration::from_secs(10);
@@ -50,6 +52,8 @@ struct Outcome {
     first_event_ns: u64,
     /// (time written, report JSON) of every report.
     reports: Vec<(u64, Value)>,
+    /// The first report's directory.
+    first_dir: Option<std::path::PathBuf>,
     started_ns: u64,
 }
 
@@ -121,6 +125,7 @@ fn watch_scenario(server: Server, during: impl FnOnce(u16)) -> Outcome {
         .args(["--after", &format!("{}s", AFTER.as_secs())])
         .args(["--duration", &format!("{}s", watch_for.as_secs())])
         .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--perfetto")
         .stderr(Stdio::piped())
         .spawn()
         .expect("watch");
@@ -141,9 +146,14 @@ fn watch_scenario(server: Server, during: impl FnOnce(u16)) -> Outcome {
         .iter()
         .filter_map(|(t, l)| Some((*t, read_report(report_dir(l)?))))
         .collect();
+    let first_dir = lines
+        .iter()
+        .find_map(|(_, l)| report_dir(l))
+        .map(Path::to_path_buf);
     Outcome {
         first_event_ns,
         reports,
+        first_dir,
         started_ns,
     }
 }
@@ -219,6 +229,53 @@ fn check(o: &Outcome, cause: &str) -> Value {
     report.clone()
 }
 
+/// The report's Perfetto trace (`--perfetto`) decodes with the official
+/// schema: every track defined, slices closed, the slow requests of the
+/// window's run file in it, episodes and thread states drawn.
+fn check_trace(dir: &Path) {
+    let Some(python) = crate::util::debian_binary(VENV_PYTHON, "watch's Perfetto trace") else {
+        return;
+    };
+    let out = Command::new(&python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/perfetto_check.py"
+        ))
+        .arg(dir.join("trace.perfetto-trace"))
+        .arg(dir.join("run.json"))
+        .arg(dir.join("report.json"))
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let facts: Value = serde_json::from_slice(&out.stdout).expect("facts json");
+    eprintln!("{facts}");
+    for zero in [
+        "undefined_tracks",
+        "unclosed_slices",
+        "unmatched_ends",
+        "flows_dangling",
+    ] {
+        assert_eq!(facts[zero], 0, "{zero}: {facts}");
+    }
+    let expected = facts["slow_expected"].as_u64().expect("n");
+    assert!(expected > 0, "{facts}");
+    assert_eq!(facts["slow_found"], expected, "{facts}");
+    for name in ["slow request", "episode", "Running"] {
+        assert!(
+            facts["slice_names"]
+                .as_array()
+                .expect("names")
+                .iter()
+                .any(|n| n == name),
+            "no {name} slice: {facts}"
+        );
+    }
+}
+
 live_test! {
     fn watch_reports_a_sporadic_cause_and_prometheus_scrapes_it() {
         let o = watch_scenario(Server::Demo("blocking"), |port| {
@@ -247,6 +304,7 @@ live_test! {
         let o = watch_scenario(Server::PeriodicFaults, |_| {});
         let report = check(&o, "page_faults");
         assert_eq!(report["classification"]["signature"], "periodic");
+        check_trace(o.first_dir.as_deref().expect("a report directory"));
     }
 }
 

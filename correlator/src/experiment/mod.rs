@@ -154,6 +154,7 @@ pub struct Test {
     /// Non-finite bootstrap resamples (left out of the CI).
     #[serde(skip_serializing_if = "is_zero")]
     pub bootstrap_non_finite: usize,
+    pub finding: stats::Finding,
     pub verdict: String,
 }
 
@@ -514,6 +515,7 @@ pub fn judge_look(
         let floor = aa.change_pct.abs();
         let min_change = min_change_pct.unwrap_or(floor);
         let spread = stats::sequential::relative_spread(&a);
+        let finding = stats::Finding::of(mw.p_value, alpha, &ci, min_change);
         tests.push(Test {
             percentile: p,
             n_a: a.len(),
@@ -532,7 +534,8 @@ pub fn judge_look(
             min_change_pct: min_change,
             detectable_change_pct: design.detectable_change_pct(spread),
             bootstrap_non_finite: ci.non_finite + aa.non_finite,
-            verdict: stats::verdict(mw.p_value, alpha, &ci, min_change),
+            finding,
+            verdict: finding.describe(&ci),
         });
     }
     // Stop once every percentile has its answer: a claimed change, or a
@@ -572,7 +575,7 @@ pub fn judge_look(
 
 /// A claimed change: below the look's boundary, meaningful, CI excluding 0.
 pub fn is_significant(t: &Test) -> bool {
-    t.verdict.starts_with("improvement") || t.verdict.starts_with("regression")
+    t.finding.is_claim()
 }
 
 fn result(

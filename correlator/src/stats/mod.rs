@@ -311,32 +311,68 @@ pub fn meaningful(change_pct: f64, min_change_pct: f64) -> bool {
     ratio.ln().abs() >= (1.0 + min_change_pct.max(0.0) / 100.0).ln()
 }
 
+/// What a comparison found, before it is put in words: only
+/// `Improvement` and `Regression` are claims (significant, meaningful, CI
+/// excluding 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finding {
+    NoDifference,
+    /// Significant, but smaller than the minimum meaningful change.
+    BelowMinimum,
+    /// Significant by the rank test while the CI of the change holds 0.
+    CiIncludesZero,
+    Improvement,
+    Regression,
+}
+
+impl Finding {
+    pub fn of(p_value: f64, alpha: f64, ci: &ChangeCi, min_change_pct: f64) -> Self {
+        if p_value >= alpha {
+            Finding::NoDifference
+        } else if !meaningful(ci.change_pct, min_change_pct) {
+            Finding::BelowMinimum
+        } else if ci.ci_low_pct <= 0.0 && ci.ci_high_pct >= 0.0 {
+            Finding::CiIncludesZero
+        } else if ci.change_pct < 0.0 {
+            Finding::Improvement
+        } else {
+            Finding::Regression
+        }
+    }
+
+    /// A claimed change, either way.
+    pub fn is_claim(self) -> bool {
+        matches!(self, Finding::Improvement | Finding::Regression)
+    }
+
+    /// The verdict line.
+    pub fn describe(self, ci: &ChangeCi) -> String {
+        let claim = |what: &str| {
+            format!(
+                "{what} {:.1}% (95% CI {:.1}%..{:.1}%)",
+                ci.change_pct.abs(),
+                ci.ci_low_pct,
+                ci.ci_high_pct
+            )
+        };
+        match self {
+            Finding::NoDifference => "no significant difference".into(),
+            Finding::BelowMinimum => "significant but below the minimum meaningful change".into(),
+            // The rank test and the size of the change disagree: the change
+            // is not pinned down yet.
+            Finding::CiIncludesZero => format!(
+                "significant by the U test, but the 95% CI of the change ({:.1}%..{:.1}%) includes 0: collect more repetitions",
+                ci.ci_low_pct, ci.ci_high_pct
+            ),
+            Finding::Improvement => claim("improvement"),
+            Finding::Regression => claim("regression"),
+        }
+    }
+}
+
 pub fn verdict(p_value: f64, alpha: f64, ci: &ChangeCi, min_change_pct: f64) -> String {
-    if p_value >= alpha {
-        return "no significant difference".into();
-    }
-    if !meaningful(ci.change_pct, min_change_pct) {
-        return "significant but below the minimum meaningful change".into();
-    }
-    if ci.ci_low_pct <= 0.0 && ci.ci_high_pct >= 0.0 {
-        // The rank test and the size of the change disagree: the change is
-        // not pinned down yet.
-        return format!(
-            "significant by the U test, but the 95% CI of the change ({:.1}%..{:.1}%) includes 0: collect more repetitions",
-            ci.ci_low_pct, ci.ci_high_pct
-        );
-    }
-    let what = if ci.change_pct < 0.0 {
-        "improvement"
-    } else {
-        "regression"
-    };
-    format!(
-        "{what} {:.1}% (95% CI {:.1}%..{:.1}%)",
-        ci.change_pct.abs(),
-        ci.ci_low_pct,
-        ci.ci_high_pct
-    )
+    Finding::of(p_value, alpha, ci, min_change_pct).describe(ci)
 }
 
 /// Per-test α when `tests` are made at once (Bonferroni).

@@ -28,6 +28,7 @@ mod demo_live;
 mod experiment_live;
 mod families_live;
 mod loadgen;
+mod merge_cli;
 mod passive_live;
 mod perfetto_live;
 mod probes_live;

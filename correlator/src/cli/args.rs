@@ -591,7 +591,10 @@ pub struct CompareArgs {
 /// Arguments of `correlator merge`.
 #[derive(Debug, clap::Args)]
 pub struct MergeArgs {
-    /// Run files with latency (from `correlator run`).
+    /// Run files with latency (`correlator run`: client-side; `correlator
+    /// watch`: server-side), or watch report directories (their run.json),
+    /// e.g. one per host. Client-side and server-side latency measure
+    /// different spans and are not merged together.
     #[arg(required = true, num_args = 2..)]
     pub runs: Vec<PathBuf>,
     /// Print JSON instead of text.

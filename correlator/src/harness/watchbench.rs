@@ -152,16 +152,22 @@ pub fn run(a: &WatchBenchArgs) -> Result<()> {
         }
     }
     let end = rss_bytes();
-    let mib = |b: Option<u64>| b.map_or(f64::NAN, |b| b as f64 / (1024.0 * 1024.0));
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let fmt =
+        |b: Option<u64>| b.map_or_else(|| "unknown".to_string(), |b| format!("{:.1} MiB", mib(b)));
+    // Runs shorter than two simulated minutes have no 2-minute reading.
+    let growth = match (rss_2min, end) {
+        (Some(a), Some(b)) if a > 0 => format!("{:+.1}%", (mib(b) / mib(a) - 1.0) * 100.0),
+        _ => "no 2-minute reading to compare".to_string(),
+    };
     println!(
-        "synthetic feed (no probes), {} req/s for {} simulated: RSS {:.1} MiB after 2 min, {:.1} MiB at the end ({:+.1}%); report directory at most {:.1} MiB of --max-disk {:.1} MiB; {} requests kept in the ring at the end",
+        "synthetic feed (no probes), {} req/s for {} simulated: RSS {} after 2 min, {} at the end ({growth}); report directory at most {:.1} MiB of --max-disk {:.1} MiB; {} requests kept in the ring at the end",
         a.rate,
         humantime::format_duration(a.duration),
-        mib(rss_2min),
-        mib(end),
-        (mib(end) / mib(rss_2min) - 1.0) * 100.0,
-        max_dir as f64 / (1024.0 * 1024.0),
-        a.max_disk as f64 / (1024.0 * 1024.0),
+        fmt(rss_2min),
+        fmt(end),
+        mib(max_dir),
+        mib(a.max_disk),
         rec.requests()
     );
     Ok(())

@@ -1,0 +1,106 @@
+//! `correlator merge` of watch report directories (one per host, say):
+//! the merged count is the sum of the runs' own counts (histograms merged,
+//! not percentiles averaged), and server-side latency is never merged with
+//! client-side. The reports come from watch's flight recorder on a
+//! synthetic feed (`watch-memcheck`), so no privileges are needed.
+
+use std::{path::Path, process::Command};
+
+use serde_json::Value;
+
+use crate::util::{BIN, scratch};
+
+/// Two report directories written by watch's recorder at `rate` req/s.
+fn watch_reports(dir: &Path, rate: u32) -> Vec<std::path::PathBuf> {
+    let out = Command::new(BIN)
+        .args([
+            "watch-memcheck",
+            "--duration",
+            "20s",
+            "--report-every",
+            "10s",
+        ])
+        .args(["--rate", &rate.to_string()])
+        .arg("--out")
+        .arg(dir)
+        .output()
+        .expect("watch-memcheck");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut dirs: Vec<_> = std::fs::read_dir(dir)
+        .expect("report dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.join("run.json").is_file())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 2, "{dirs:?}");
+    dirs
+}
+
+/// Requests in a watch run file, counted from its own phases.
+fn completed(dir: &Path) -> u64 {
+    let run: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("run.json")).expect("run")).expect("json");
+    run["server_latency"]["latency"]["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .map(|p| p["completed"].as_u64().expect("completed"))
+        .sum()
+}
+
+#[test]
+fn merging_watch_reports_adds_their_histograms() {
+    let dir = scratch("merge-watch");
+    let a = watch_reports(&dir.join("host-a"), 3_000);
+    let b = watch_reports(&dir.join("host-b"), 5_000);
+    let out = Command::new(BIN)
+        .arg("merge")
+        .arg(&a[0])
+        .arg(&b[0])
+        .arg("--json")
+        .output()
+        .expect("merge");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m: Value = serde_json::from_slice(&out.stdout).expect("merge json");
+    assert_eq!(m["kind"], "server-side");
+    let expected = completed(&a[0]) + completed(&b[0]);
+    assert!(expected > 0);
+    assert_eq!(m["latency"]["count"], expected, "{m}");
+
+    // A client-side run (from the intended send time) is not merged with
+    // them: one line, non-zero exit.
+    let client = dir.join("client.run");
+    let synth = Command::new(BIN)
+        .args([
+            "synth-run",
+            "--seconds",
+            "2",
+            "--requests",
+            "1000",
+            "--events",
+            "1000",
+        ])
+        .arg("--out")
+        .arg(&client)
+        .output()
+        .expect("synth-run");
+    assert!(synth.status.success());
+    let mixed = Command::new(BIN)
+        .arg("merge")
+        .arg(&a[0])
+        .arg(&client)
+        .output()
+        .expect("merge");
+    assert!(!mixed.status.success());
+    let err = String::from_utf8_lossy(&mixed.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("not merged together"), "{err}");
+}

@@ -5,24 +5,18 @@
 
 use std::{path::Path, process::Command};
 
-use crate::util::{BIN, scratch};
+use crate::util::{BIN, scratch, succeed_json};
 use serde_json::{Value, json};
 
 fn compare(a: &Path, b: &str, extra: &[&str]) -> Value {
-    let out = Command::new(BIN)
-        .arg("compare")
-        .arg(a)
-        .arg(b)
-        .args(extra)
-        .arg("--json")
-        .output()
-        .expect("run correlator");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json")
+    succeed_json(
+        Command::new(BIN)
+            .arg("compare")
+            .arg(a)
+            .arg(b)
+            .args(extra)
+            .arg("--json"),
+    )
 }
 
 fn numbers(dir: &Path, name: &str, v: &[u64]) -> std::path::PathBuf {

@@ -8,27 +8,16 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
-use crate::util::{BIN, scratch};
+use crate::util::{BIN, scratch, succeed, succeed_json};
 
 /// Two report directories written by watch's recorder at `rate` req/s.
 fn watch_reports(dir: &Path, rate: u32) -> Vec<std::path::PathBuf> {
-    let out = Command::new(BIN)
-        .args([
-            "watch-memcheck",
-            "--duration",
-            "20s",
-            "--report-every",
-            "10s",
-        ])
-        .args(["--rate", &rate.to_string()])
-        .arg("--out")
-        .arg(dir)
-        .output()
-        .expect("watch-memcheck");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeed(
+        Command::new(BIN)
+            .args(["watch-memcheck", "--duration", "20s"])
+            .args(["--report-every", "10s", "--rate", &rate.to_string()])
+            .arg("--out")
+            .arg(dir),
     );
     let mut dirs: Vec<_> = std::fs::read_dir(dir)
         .expect("report dir")
@@ -57,19 +46,13 @@ fn merging_watch_reports_adds_their_histograms() {
     let dir = scratch("merge-watch");
     let a = watch_reports(&dir.join("host-a"), 3_000);
     let b = watch_reports(&dir.join("host-b"), 5_000);
-    let out = Command::new(BIN)
-        .arg("merge")
-        .arg(&a[0])
-        .arg(&b[0])
-        .arg("--json")
-        .output()
-        .expect("merge");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let m = succeed_json(
+        Command::new(BIN)
+            .arg("merge")
+            .arg(&a[0])
+            .arg(&b[0])
+            .arg("--json"),
     );
-    let m: Value = serde_json::from_slice(&out.stdout).expect("merge json");
     assert_eq!(m["kind"], "server-side");
     let expected = completed(&a[0]) + completed(&b[0]);
     assert!(expected > 0);
@@ -78,21 +61,12 @@ fn merging_watch_reports_adds_their_histograms() {
     // A client-side run (from the intended send time) is not merged with
     // them: one line, non-zero exit.
     let client = dir.join("client.run");
-    let synth = Command::new(BIN)
-        .args([
-            "synth-run",
-            "--seconds",
-            "2",
-            "--requests",
-            "1000",
-            "--events",
-            "1000",
-        ])
-        .arg("--out")
-        .arg(&client)
-        .output()
-        .expect("synth-run");
-    assert!(synth.status.success());
+    succeed(
+        Command::new(BIN)
+            .args(["synth-run", "--seconds", "2", "--requests", "1000"])
+            .args(["--events", "1000", "--out"])
+            .arg(&client),
+    );
     let mixed = Command::new(BIN)
         .arg("merge")
         .arg(&a[0])

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::util::{BIN, VENV_PYTHON, helper_server, run_report, scratch};
+use crate::util::{BIN, VENV_PYTHON, helper_server, run_report, scratch, succeed_json};
 
 /// Peak RSS (KiB) and success of a child, from wait4's rusage.
 fn wait_rusage(child: std::process::Child) -> (bool, i64) {
@@ -63,15 +63,13 @@ live_test! {
                   std::fs::metadata(&trace).expect("trace").len());
         assert!(peak_kib < 150 * 1024, "peak RSS {} MiB", peak_kib / 1024);
 
-        let out = Command::new(&python)
+        let facts = succeed_json(
+            Command::new(&python)
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/perfetto_check.py"))
             .arg(&trace)
             .arg(&run_file)
             .arg(dir.join("report.json"))
-            .output()
-            .expect("python");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let facts: Value = serde_json::from_slice(&out.stdout).expect("facts json");
+        );
         eprintln!("{facts}");
         assert_eq!(facts["undefined_tracks"], 0, "{facts}");
         assert_eq!(facts["unclosed_slices"], 0, "{facts}");

@@ -199,6 +199,24 @@ pub fn wait_listening(port: u16) {
     }
 }
 
+/// Runs `cmd`, asserts it succeeded (showing its stderr otherwise), and
+/// returns its stdout.
+pub fn succeed(cmd: &mut std::process::Command) -> Vec<u8> {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// `succeed`, with stdout parsed as JSON.
+pub fn succeed_json(cmd: &mut std::process::Command) -> serde_json::Value {
+    serde_json::from_slice(&succeed(cmd))
+        .unwrap_or_else(|e| panic!("{cmd:?}: stdout not JSON: {e}"))
+}
+
 /// The test venv's Python (xtask/setup.sh), with PyPI's `perfetto`.
 pub const VENV_PYTHON: &str = "/var/lib/correlator-tests/venv/bin/python";
 

@@ -24,7 +24,9 @@ use std::{
 use correlator::clock::monotonic_ns;
 use serde_json::Value;
 
-use crate::util::{BIN, Proc, VENV_PYTHON, demo_server, free_port, helper_server, scratch};
+use crate::util::{
+    BIN, Proc, VENV_PYTHON, demo_server, free_port, helper_server, scratch, succeed_json,
+};
 
 const CLEAN: Duration = Duration::from_secs(60);
 const AFTER: Duration = Duration::from_secs(10);
@@ -236,22 +238,16 @@ fn check_trace(dir: &Path) {
     let Some(python) = crate::util::debian_binary(VENV_PYTHON, "watch's Perfetto trace") else {
         return;
     };
-    let out = Command::new(&python)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/perfetto_check.py"
-        ))
-        .arg(dir.join("trace.perfetto-trace"))
-        .arg(dir.join("run.json"))
-        .arg(dir.join("report.json"))
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let facts = succeed_json(
+        Command::new(&python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/perfetto_check.py"
+            ))
+            .arg(dir.join("trace.perfetto-trace"))
+            .arg(dir.join("run.json"))
+            .arg(dir.join("report.json")),
     );
-    let facts: Value = serde_json::from_slice(&out.stdout).expect("facts json");
     eprintln!("{facts}");
     for zero in [
         "undefined_tracks",

@@ -304,77 +304,145 @@ live_test! {
     }
 }
 
+/// A cgroup v2 directory of its own, removed (after its processes) when
+/// dropped.
+struct TestCgroup(std::path::PathBuf);
+
+impl TestCgroup {
+    fn new(name: &str) -> Self {
+        let dir = Path::new("/sys/fs/cgroup").join(name);
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).expect("create a cgroup (v2 at /sys/fs/cgroup)");
+        Self(dir)
+    }
+
+    fn adopt(&self, pid: u32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("move into the cgroup");
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // Its servers are gone by now (dropped before it); rmdir only
+        // succeeds on an empty cgroup.
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// How watch is told which server to follow.
+enum Selector {
+    Comm,
+    Cgroup(TestCgroup),
+}
+
+/// The server killed and started again (same comm, or put in the same
+/// cgroup) is re-attached within a second of its start; the gap is in the
+/// metrics and the next report.
+fn follows_a_restarted_server(selector: Selector) {
+    let dir = scratch("watch-restart");
+    // A name no other process has (a stale demo-server would be found too).
+    let serve = || {
+        let (p, addr) = demo_server(&[
+            "--scenario",
+            "none",
+            "--cpu",
+            "1",
+            "--injector-cpu",
+            "0",
+            "--name",
+            "watch-restart",
+        ]);
+        if let Selector::Cgroup(cg) = &selector {
+            cg.adopt(p.0.id());
+        }
+        (p, addr)
+    };
+    let select: Vec<String> = match &selector {
+        Selector::Comm => vec!["--comm".into(), "watch-restart".into()],
+        Selector::Cgroup(cg) => vec!["--cgroup".into(), cg.0.display().to_string()],
+    };
+    let load = |addr: &str| external_load(addr, 60);
+    let (first, addr) = serve();
+    let first_load = load(&addr);
+    let port = free_port();
+    let out = dir.join("reports");
+    // An SLO every window exceeds: a report as soon as the window has
+    // requests, and again once the quiet period after it has passed.
+    let mut watch = Command::new(BIN)
+        .arg("watch")
+        .args(&select)
+        .arg("--syscalls")
+        .args(["--slo", "1us", "--percentile", "99", "--window", "2s"])
+        .args(["--keep", "12s", "--after", "1s", "--duration", "32s"])
+        .args(["--out", out.to_str().expect("utf-8")])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch");
+    let (lines, reader) = collect_lines(watch.stderr.take().expect("stderr"));
+    std::thread::sleep(Duration::from_secs(8));
+    drop(first_load);
+    drop(first);
+    let restarted_ns = monotonic_ns();
+    let (second, addr) = serve();
+    let second_pid = second.0.id();
+    let _second_load = load(&addr);
+    std::thread::sleep(Duration::from_secs(4));
+    let metrics = Command::new("curl")
+        .args(["-s", &format!("http://127.0.0.1:{port}/metrics")])
+        .output()
+        .expect("curl");
+    let metrics = String::from_utf8_lossy(&metrics.stdout).to_string();
+    let status = watch.wait().expect("watch exits");
+    reader.join().expect("reader");
+    assert!(status.success(), "watch failed: {status}");
+    let lines = lines.lock().expect("lines").clone();
+    let attached = lines
+        .iter()
+        .find(|(_, l)| l.contains(&format!("attached to PID {second_pid} ")))
+        .unwrap_or_else(|| panic!("never attached to the restarted server: {lines:#?}"));
+    let took = attached.0.saturating_sub(restarted_ns);
+    eprintln!("re-attached {:.0} ms after the restart", took as f64 / 1e6);
+    assert!(
+        took < 1_000_000_000,
+        "re-attached after {} ms",
+        took / 1_000_000
+    );
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
+    };
+    assert_eq!(value("correlator_target_restarts_total"), 1.0);
+    let gap = value("correlator_unwatched_seconds");
+    assert!(gap > 0.0 && gap < 1.0, "gap {gap} s");
+    assert_eq!(value("correlator_attached"), 1.0);
+    // The report after the restart says so.
+    let after: Vec<Value> = lines
+        .iter()
+        .filter(|(t, _)| *t > attached.0)
+        .filter_map(|(_, l)| Some(read_report(report_dir(l)?)))
+        .collect();
+    let report = after
+        .first()
+        .unwrap_or_else(|| panic!("no report after the restart: {lines:#?}"));
+    assert_eq!(report["target"]["pid"], second_pid);
+    let notes = report["notes"].to_string();
+    assert!(notes.contains("the target restarted"), "{notes}");
+}
 live_test! {
-    /// `--comm`: the server killed and started again is re-attached within
-    /// a second of its start; the gap is in the metrics and the next report.
+    /// `--comm`: found by its name.
     fn watch_follows_a_restarted_server() {
-        let dir = scratch("watch-restart");
-        // A name no other process has (a stale demo-server would be found too).
-        let serve = || {
-            demo_server(&["--scenario", "none", "--cpu", "1", "--injector-cpu", "0", "--name", "watch-restart"])
-        };
-        let load = |addr: &str| external_load(addr, 60);
-        let (first, addr) = serve();
-        let first_load = load(&addr);
-        let port = free_port();
-        let out = dir.join("reports");
-        // An SLO every window exceeds: a report as soon as the window has
-        // requests, and again once the quiet period after it has passed.
-        let mut watch = Command::new(BIN)
-            .args(["watch", "--comm", "watch-restart", "--syscalls"])
-            .args(["--slo", "1us", "--percentile", "99", "--window", "2s"])
-            .args(["--keep", "12s", "--after", "1s", "--duration", "32s"])
-            .args(["--out", out.to_str().expect("utf-8")])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("watch");
-        let (lines, reader) = collect_lines(watch.stderr.take().expect("stderr"));
-        std::thread::sleep(Duration::from_secs(8));
-        drop(first_load);
-        drop(first);
-        let restarted_ns = monotonic_ns();
-        let (second, addr) = serve();
-        let second_pid = second.0.id();
-        let _second_load = load(&addr);
-        std::thread::sleep(Duration::from_secs(4));
-        let metrics = Command::new("curl")
-            .args(["-s", &format!("http://127.0.0.1:{port}/metrics")])
-            .output()
-            .expect("curl");
-        let metrics = String::from_utf8_lossy(&metrics.stdout).to_string();
-        let status = watch.wait().expect("watch exits");
-        reader.join().expect("reader");
-        assert!(status.success(), "watch failed: {status}");
-        let lines = lines.lock().expect("lines").clone();
-        let attached = lines
-            .iter()
-            .find(|(_, l)| l.contains(&format!("attached to PID {second_pid} ")))
-            .unwrap_or_else(|| panic!("never attached to the restarted server: {lines:#?}"));
-        let took = attached.0.saturating_sub(restarted_ns);
-        eprintln!("re-attached {:.0} ms after the restart", took as f64 / 1e6);
-        assert!(took < 1_000_000_000, "re-attached after {} ms", took / 1_000_000);
-        let value = |name: &str| {
-            metrics
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{name} ")))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
-        };
-        assert_eq!(value("correlator_target_restarts_total"), 1.0);
-        let gap = value("correlator_unwatched_seconds");
-        assert!(gap > 0.0 && gap < 1.0, "gap {gap} s");
-        assert_eq!(value("correlator_attached"), 1.0);
-        // The report after the restart says so.
-        let after: Vec<Value> = lines
-            .iter()
-            .filter(|(t, _)| *t > attached.0)
-            .filter_map(|(_, l)| Some(read_report(report_dir(l)?)))
-            .collect();
-        let report = after.first().unwrap_or_else(|| panic!("no report after the restart: {lines:#?}"));
-        assert_eq!(report["target"]["pid"], second_pid);
-        let notes = report["notes"].to_string();
-        assert!(notes.contains("the target restarted"), "{notes}");
+        follows_a_restarted_server(Selector::Comm);
+    }
+}
+
+live_test! {
+    /// `--cgroup`: found in its cgroup (as a systemd service's would be).
+    fn watch_follows_a_restarted_server_by_cgroup() {
+        follows_a_restarted_server(Selector::Cgroup(TestCgroup::new("correlator-watch-test")));
     }
 }
 

@@ -155,12 +155,18 @@ fn passive_trial() -> Result<String, String> {
     ))
 }
 
-/// `watch --cgroup`: a cgroup v2 hierarchy to read cgroup.procs from.
+/// `watch --cgroup`: a cgroup hierarchy to read cgroup.procs from (v2,
+/// wherever it is mounted; a hybrid system mounts it beside v1's).
 fn cgroup_v2() -> Result<String, String> {
-    if fs::metadata("/sys/fs/cgroup/cgroup.controllers").is_ok() {
-        Ok("cgroup v2 at /sys/fs/cgroup (watch --cgroup)".into())
-    } else {
-        Err("no cgroup v2 at /sys/fs/cgroup: watch --cgroup needs the unified hierarchy (use --comm or --pid)".into())
+    match crate::target::cgroup2_mount() {
+        Some(at) => Ok(format!(
+            "cgroup v2 at {} (watch --cgroup takes a directory under it)",
+            at.display()
+        )),
+        None => Err(
+            "no cgroup v2 mounted: watch --cgroup needs a cgroup directory (use --comm or --pid)"
+                .into(),
+        ),
     }
 }
 

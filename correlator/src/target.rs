@@ -133,6 +133,12 @@ impl TargetSpec {
             TargetSpec::Pid(pid) => return Target::from_pid(*pid).map(Some),
             TargetSpec::Comm(name) => processes_named(name),
             TargetSpec::Cgroup(dir) => {
+                if !is_cgroup_dir(dir) {
+                    anyhow::bail!(
+                        "{} is not a cgroup directory (not on a cgroup or cgroup2 filesystem; e.g. /sys/fs/cgroup/system.slice/redis.service, or under the cgroup2 mount of a hybrid system)",
+                        dir.display()
+                    );
+                }
                 let procs = dir.join("cgroup.procs");
                 let text = fs::read_to_string(&procs).map_err(|e| {
                     anyhow::anyhow!(
@@ -161,6 +167,35 @@ impl TargetSpec {
             TargetSpec::Cgroup(d) => format!("cgroup {}", d.display()),
         }
     }
+}
+
+/// Whether `dir` is on a cgroup filesystem (v2, or a v1 hierarchy: both
+/// list their processes in cgroup.procs). A plain directory holding a file
+/// of that name is not one.
+pub fn is_cgroup_dir(dir: &std::path::Path) -> bool {
+    const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid C string and a zeroed statfs the call fills in.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(path.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    let kind = st.f_type as i64;
+    kind == CGROUP_SUPER_MAGIC || kind == CGROUP2_SUPER_MAGIC
+}
+
+/// Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup on a unified
+/// system, often /sys/fs/cgroup/unified on a hybrid one).
+pub fn cgroup2_mount() -> Option<std::path::PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, at, kind) = (f.next()?, f.next()?, f.next()?);
+        (kind == "cgroup2").then(|| std::path::PathBuf::from(at))
+    })
 }
 
 /// User processes whose comm is `name` (only thread-group leaders).

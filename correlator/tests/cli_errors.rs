@@ -133,6 +133,21 @@ fn watch_validates_before_attaching() {
         &["watch", "--pid", &me, "--out", out],
         "watch needs server-side latency",
     );
+    // A plain directory holding a file named cgroup.procs is not a cgroup.
+    let fake = dir.join("not-a-cgroup");
+    std::fs::create_dir_all(&fake).expect("mkdir");
+    std::fs::write(fake.join("cgroup.procs"), format!("{me}\n")).expect("write");
+    fails_with(
+        &[
+            "watch",
+            "--cgroup",
+            fake.to_str().expect("utf8"),
+            "--syscalls",
+            "--out",
+            out,
+        ],
+        "is not a cgroup directory",
+    );
     fails_with(
         &[
             "watch",

@@ -304,15 +304,22 @@ live_test! {
     }
 }
 
-/// A cgroup v2 directory of its own, removed (after its processes) when
-/// dropped.
+/// A cgroup v2 directory of its own (under wherever cgroup2 is mounted:
+/// /sys/fs/cgroup/unified on this hybrid VM), removed (after its
+/// processes) when dropped.
 struct TestCgroup(std::path::PathBuf);
 
 impl TestCgroup {
     fn new(name: &str) -> Self {
-        let dir = Path::new("/sys/fs/cgroup").join(name);
+        let root = correlator::target::cgroup2_mount().expect("a cgroup2 mount");
+        let dir = root.join(name);
         let _ = std::fs::remove_dir(&dir);
-        std::fs::create_dir(&dir).expect("create a cgroup (v2 at /sys/fs/cgroup)");
+        std::fs::create_dir(&dir).expect("create a cgroup");
+        assert!(
+            correlator::target::is_cgroup_dir(&dir),
+            "{} is not a cgroup",
+            dir.display()
+        );
         Self(dir)
     }
 

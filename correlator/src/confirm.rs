@@ -333,12 +333,8 @@ fn isolates_its_cause(knob: &Knob) -> bool {
 ///   predicted change (its most favourable end is a smaller improvement
 ///   than predicted) or the change is a significant regression;
 ///   otherwise inconclusive (the experiment could not tell).
-fn judge(
-    planned: &Planned,
-    isolates: bool,
-    t: &crate::experiment::Test,
-    improved: bool,
-) -> (Outcome, String) {
+fn judge(planned: &Planned, isolates: bool, t: &crate::experiment::Test) -> (Outcome, String) {
+    let improved = t.finding == Finding::Improvement;
     let regression = t.finding == Finding::Regression;
     let Some(expected) = planned.expected_change_pct else {
         // A candidate: the experiment alone decides. No meaningful change
@@ -435,8 +431,7 @@ fn confirm_one(
             )
         });
     };
-    let improved = t.finding == Finding::Improvement;
-    let (outcome, why) = judge(&planned, isolates, &t, improved);
+    let (outcome, why) = judge(&planned, isolates, &t);
     Ok(Confirmation {
         outcome,
         change_pct: Some(t.change_pct),
@@ -558,31 +553,25 @@ mod tests {
         // "prediction ≥ 1/3 of the change" cut-off: −84% measured, −38%
         // predicted, the hog stopped.
         let t = test(-84.0, (-90.0, -75.0), Finding::Improvement);
-        let (o, _) = judge(&planned(-38.0), true, &t, true);
+        let (o, _) = judge(&planned(-38.0), true, &t);
         assert_eq!(o, Outcome::Confirmed);
         // Moving the server away from its CPUs moves it from more than the
         // cause: a CI wholly beyond the prediction says something else went.
-        let (o, why) = judge(&planned(-38.0), false, &t, true);
+        let (o, why) = judge(&planned(-38.0), false, &t);
         assert_eq!(o, Outcome::Inconclusive);
         assert!(why.contains("something else"), "{why}");
         // ... and a CI that holds the prediction confirms it.
         let t = test(-45.0, (-60.0, -30.0), Finding::Improvement);
-        assert_eq!(
-            judge(&planned(-38.0), false, &t, true).0,
-            Outcome::Confirmed
-        );
+        assert_eq!(judge(&planned(-38.0), false, &t).0, Outcome::Confirmed);
     }
 
     #[test]
     fn no_improvement_refutes_only_when_the_ci_rules_the_prediction_out() {
         let t = test(-3.0, (-10.0, 5.0), Finding::NoDifference);
-        assert_eq!(judge(&planned(-40.0), true, &t, false).0, Outcome::Refuted);
+        assert_eq!(judge(&planned(-40.0), true, &t).0, Outcome::Refuted);
         let t = test(-20.0, (-60.0, 10.0), Finding::NoDifference);
-        assert_eq!(
-            judge(&planned(-40.0), true, &t, false).0,
-            Outcome::Inconclusive
-        );
+        assert_eq!(judge(&planned(-40.0), true, &t).0, Outcome::Inconclusive);
         let t = test(30.0, (10.0, 50.0), Finding::Regression);
-        assert_eq!(judge(&planned(-40.0), true, &t, false).0, Outcome::Refuted);
+        assert_eq!(judge(&planned(-40.0), true, &t).0, Outcome::Refuted);
     }
 }

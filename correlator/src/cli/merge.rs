@@ -64,7 +64,7 @@ pub fn run(a: &MergeArgs) -> Result<ExitCode> {
     let (runs, json) = (&a.runs, a.json);
     let mut merged = Distribution::new();
     let mut sources = Vec::new();
-    let mut kind = None;
+    let mut kind: Option<Kind> = None;
     for path in runs {
         let file = run_file(path);
         let run = RunFile::load(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -79,7 +79,7 @@ pub fn run(a: &MergeArgs) -> Result<ExitCode> {
                 "{} holds {} latency and the runs before it {}: they time different spans and are not merged together",
                 file.display(),
                 k.name(),
-                Kind::name(first)
+                first.name()
             ),
             _ => kind = Some(k),
         }

@@ -438,6 +438,15 @@ impl RunFile {
         self.ended_ns.saturating_sub(self.started_ns)
     }
 
+    /// The latency a report analyses: the client-side capture when the run
+    /// has one (from the intended send time), else the server-side one of
+    /// a passive recording (`record --syscalls`, `watch`).
+    pub fn analysed_latency(&self) -> Option<&crate::latency::capture::LatencyCapture> {
+        self.latency
+            .as_ref()
+            .or(self.server_latency.as_ref().map(|s| &s.latency))
+    }
+
     pub fn save(&self, path: &Path) -> Result<()> {
         let tmp = path.with_extension("tmp");
         let file = fs::File::create(&tmp)

@@ -51,13 +51,14 @@ fn run_file(path: &Path) -> std::path::PathBuf {
     }
 }
 
-/// The run's latency and its kind: client-side when it has both.
+/// The latency a report of the run analyses, and its kind.
 fn latency_of(run: &RunFile) -> Option<(&LatencyCapture, Kind)> {
-    run.latency.as_ref().map(|l| (l, Kind::Client)).or_else(|| {
-        run.server_latency
-            .as_ref()
-            .map(|s| (&s.latency, Kind::Server))
-    })
+    let kind = if run.latency.is_some() {
+        Kind::Client
+    } else {
+        Kind::Server
+    };
+    run.analysed_latency().map(|l| (l, kind))
 }
 
 pub fn run(a: &MergeArgs) -> Result<ExitCode> {

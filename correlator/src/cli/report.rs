@@ -45,14 +45,11 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
             &[(start, end, None)],
         ));
     }
-    let latency = match (&run.latency, &run.server_latency) {
-        (Some(client), _) => client.clone(),
-        // A passive recording: the server-side latency is the one to analyse.
-        (None, Some(server)) => server.latency.clone(),
-        (None, None) => anyhow::bail!(
+    let Some(latency) = run.analysed_latency().cloned() else {
+        anyhow::bail!(
             "{} has no latency (recorded with `correlator record` without --syscalls/--uprobe?); pass --latency-log FILE captured at the same time",
             args.run_file.display()
-        ),
+        );
     };
     let report = crate::report::Report::build(&run, &latency, &args.outputs.analysis());
     if args.plan {

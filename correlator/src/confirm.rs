@@ -339,8 +339,7 @@ fn judge(planned: &Planned, isolates: bool, t: &crate::experiment::Test) -> (Out
     let Some(expected) = planned.expected_change_pct else {
         // A candidate: the experiment alone decides. No meaningful change
         // either way (the CI says so) refutes it.
-        let settled = !crate::stats::meaningful(t.ci_low_pct, t.min_change_pct)
-            && !crate::stats::meaningful(t.ci_high_pct, t.min_change_pct);
+        let settled = experiment::settled(t);
         return match (improved, regression || settled) {
             (true, _) => (Outcome::Confirmed, String::new()),
             (false, true) => (Outcome::Refuted, String::new()),

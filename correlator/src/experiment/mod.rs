@@ -542,13 +542,6 @@ pub fn judge_look(
     // CI inside ± the minimum meaningful change. Stopping at the first
     // percentile to cross (p50 is the least noisy) would cut the tail's
     // percentiles short of the power the design promises them.
-    // "Settled": neither end of the CI is a meaningful change (judged as
-    // ratios, like every minimum-change comparison: with a noisy A/A floor
-    // of 400%, a CI of −99%..−20% is not "within ± the floor").
-    let settled = |t: &Test| {
-        !stats::meaningful(t.ci_low_pct, t.min_change_pct)
-            && !stats::meaningful(t.ci_high_pct, t.min_change_pct)
-    };
     let deciding: Vec<&Test> = tests
         .iter()
         .filter(|t| decide_on.is_none_or(|p| t.percentile == p))
@@ -576,6 +569,14 @@ pub fn judge_look(
 /// A claimed change: below the look's boundary, meaningful, CI excluding 0.
 pub fn is_significant(t: &Test) -> bool {
     t.finding.is_claim()
+}
+
+/// Settled: neither end of the CI is a meaningful change (judged as
+/// ratios, like every minimum-change comparison: with a noisy A/A floor of
+/// 400%, a CI of −99%..−20% is not "within ± the floor").
+pub fn settled(t: &Test) -> bool {
+    !stats::meaningful(t.ci_low_pct, t.min_change_pct)
+        && !stats::meaningful(t.ci_high_pct, t.min_change_pct)
 }
 
 fn result(

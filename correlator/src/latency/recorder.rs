@@ -189,13 +189,21 @@ impl Recorder {
     }
 
     /// Keeps exact timestamps of requests above the running threshold:
-    /// the larger of twice the running median and the running p90.
+    /// the larger of twice the running median and the running p90, but
+    /// never above the median + 1 ms. The p90 bounds how many are kept; the
+    /// ceiling keeps every request an analysis can call a spike (its
+    /// default threshold is at least the median + 2 ms): with more than a
+    /// tenth of the requests stalled, the p90 rose to 10.2 ms and a 10 ms
+    /// lock stall's requests were counted in the buckets but left out of
+    /// the requests, so an `--slo 8ms` analysis found no episode there.
     fn keep(&mut self, t: RequestTimes, corrected: u64) {
         self.since_threshold += 1;
         if self.since_threshold >= 4096 {
             self.since_threshold = 0;
             let d = &self.phases[t.phase as usize].corrected.histogram();
-            self.keep_threshold_ns = (2 * d.value_at_quantile(0.5)).max(d.value_at_quantile(0.9));
+            let p50 = d.value_at_quantile(0.5);
+            let ceiling = p50 + 1_000_000;
+            self.keep_threshold_ns = (2 * p50).max(d.value_at_quantile(0.9).min(ceiling));
         }
         if corrected < self.keep_threshold_ns {
             return;

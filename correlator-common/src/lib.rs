@@ -359,6 +359,13 @@ pub struct RequestRecord {
 /// `RequestRecord::fd` of a function call.
 pub const UPROBE_FD: u32 = u32::MAX;
 
+/// `RequestRecord::fd` bit of a request seen at the socket tracepoints
+/// (`--syscall-time sampled`): the rest is a connection number taken from
+/// the kernel socket's address, not a descriptor. Descriptors stay below
+/// 2^30 (the kernel's `nr_open` ceiling), and the number is kept below
+/// 2^31 + 2^30, so neither a descriptor nor `UPROBE_FD` can take this form.
+pub const SOCKET_CONN: u32 = 1 << 31;
+
 /// `--syscalls` pairing state of one connection (tgid, fd).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -409,9 +416,12 @@ pub struct Config {
     /// `task->thread_info.cpu`: the CPU a woken task was queued on.
     pub task_cpu_offset: u64,
     /// `struct pt_regs` offsets of the first syscall argument and of the
-    /// syscall number (`--syscalls` reads both at syscall exit).
+    /// syscall number (`--syscalls` reads both at syscall exit), and of
+    /// `ax` (the sampled syscall context reads `orig_ax` and `ax` of the
+    /// registers a task saved when it entered the kernel).
     pub regs_arg0_offset: u64,
     pub regs_nr_offset: u64,
+    pub regs_ax_offset: u64,
     /// `--uprobe`: time one call in this many (1 = every call).
     pub uprobe_every: u64,
     /// Non-zero: every program returns at once (the cost of the attach
@@ -420,6 +430,12 @@ pub struct Config {
     pub floor_only: u64,
     /// Non-zero: `sys_exit` also pairs socket reads and writes (`--syscalls`).
     pub passive_syscalls: u64,
+    /// Non-zero: `sys_enter`/`sys_exit` are attached and keep each thread's
+    /// current syscall (exact syscall time). Zero (`--syscall-time
+    /// sampled`): the syscall is read from the task's saved registers at
+    /// switch-out and at each sample, and `--syscalls` pairs requests at the
+    /// socket tracepoints instead.
+    pub syscall_hooks: u64,
     /// Offsets for the run queue's cumulative steal, reached through the
     /// task: `task->se.cfs_rq`, `cfs_rq->rq`, `rq->prev_steal_time_rq`.
     /// `task_cfs_rq_offset` 0: steal is not measured (kernel without it).

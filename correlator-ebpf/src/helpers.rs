@@ -4,10 +4,15 @@
 
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, generated::bpf_task_pt_regs,
+    },
     programs::BtfTracePointContext,
 };
-use correlator_common::{BUCKET_SLOTS, Bucket, Counter, CpuState, NO_STACK, NUM_COUNTERS, Total};
+use correlator_common::{
+    BUCKET_SLOTS, Bucket, Counter, CpuState, NO_STACK, NUM_COUNTERS, SYSCALL_SLOTS, Total,
+};
 
 use crate::maps::{BUCKETS, CHILD_TGIDS, CPUS, STACKS};
 
@@ -65,6 +70,41 @@ pub(crate) fn task_cpu(task: *const u8) -> u32 {
     let offset = config!(task_cpu_offset) as usize;
     // SAFETY: as for `task_pid`.
     unsafe { *task.add(offset).cast::<u32>() }
+}
+
+/// `-ENOSYS`: what the x86-64 syscall entry stores in the saved `ax`
+/// until the syscall returns its value there.
+const NEG_ENOSYS: i64 = -38;
+
+/// The syscall `task` is inside (number + 1), or 0 (user mode, or an
+/// exception such as a page fault), from the user registers the kernel
+/// saved at the top of its stack when it entered (`--syscall-time
+/// sampled`, instead of hooking every syscall's entry and exit).
+///
+/// A syscall entry saves its number in `orig_ax` and `-ENOSYS` in `ax`,
+/// which holds until the call returns its value there; interrupts and
+/// exceptions (a page fault included: the entry code moves its error code
+/// out) save `orig_ax` -1. Checking `ax` too makes a thread that finished
+/// its call but has not left the kernel yet (signal delivery, a reschedule
+/// on the way out) "not in a syscall", as the exact hooks see it: their
+/// `sys_exit` fires before that work.
+#[inline(always)]
+pub(crate) fn saved_syscall(task: *const u8) -> u32 {
+    // SAFETY: `task` is a BTF task pointer (a tracepoint argument or the
+    // current task); the helper returns its saved user registers.
+    let regs = unsafe { bpf_task_pt_regs(task as *mut _) } as *const u8;
+    if regs.is_null() {
+        return 0;
+    }
+    // SAFETY: the helper checks the address.
+    let read = |offset: u64| unsafe {
+        bpf_probe_read_kernel(regs.add(offset as usize).cast::<i64>()).unwrap_or(0)
+    };
+    let nr = read(config!(regs_nr_offset));
+    if !(0..i64::from(SYSCALL_SLOTS)).contains(&nr) || read(config!(regs_ax_offset)) != NEG_ENOSYS {
+        return 0;
+    }
+    nr as u32 + 1
 }
 
 // ------------------------------------------------------------------ counts

@@ -1,14 +1,16 @@
 //! Passive request latency: socket reads paired with the writes that
-//! answer them (`--syscalls`, from `sys_exit`), and timed calls of one
+//! answer them (`--syscalls`, from `sys_exit`, or from the socket
+//! tracepoints when the syscall hooks are off), and timed calls of one
 //! function (`--uprobe`).
 
 use aya_ebpf::{
+    EbpfContext as _,
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::{uprobe, uretprobe},
+    macros::{btf_tracepoint, uprobe, uretprobe},
     programs::{BtfTracePointContext, ProbeContext, RetProbeContext},
 };
-use correlator_common::{CallState, ConnState, RequestRecord, Total, UPROBE_FD};
+use correlator_common::{CallState, ConnState, RequestRecord, SOCKET_CONN, Total, UPROBE_FD};
 
 use crate::{
     helpers::{arg, is_target_tgid, now, total_add},
@@ -36,7 +38,9 @@ pub(crate) fn emit_request(rec: RequestRecord) {
     }
 }
 
-/// `--syscalls`: pairs socket reads and writes into requests.
+/// `--syscalls` at `sys_exit` (exact syscall time): a socket read or
+/// write of a target thread, found by the syscall number and descriptor in
+/// the saved user registers.
 #[inline(always)]
 pub(crate) fn pair_request(ctx: &BtfTracePointContext, pid_tgid: u64) {
     let tgid = (pid_tgid >> 32) as u32;
@@ -60,6 +64,63 @@ pub(crate) fn pair_request(ctx: &BtfTracePointContext, pid_tgid: u64) {
     };
     let fd = read_reg(config!(regs_arg0_offset)) as u32;
     let key = (u64::from(tgid) << 32) | u64::from(fd);
+    transfer(pid_tgid, key, fd, reading, ret as u64);
+}
+
+/// `MSG_PEEK`: a read that leaves the data queued.
+const MSG_PEEK: u64 = 2;
+
+/// `--syscalls` without the syscall hooks (`--syscall-time sampled`): a
+/// socket's receive, at the socket layer's own tracepoint, which costs
+/// nothing to tasks that do not call it (a syscall tracepoint sends every
+/// syscall of every task through the kernel's slow entry path).
+/// sock_recv_length(struct sock *sk, int ret, int flags)
+#[btf_tracepoint(function = "sock_recv_length")]
+pub fn sock_recv_length(ctx: BtfTracePointContext) -> i32 {
+    socket_transfer(&ctx, true);
+    0
+}
+
+/// The send side of `sock_recv_length`.
+/// sock_send_length(struct sock *sk, int ret, int flags)
+#[btf_tracepoint(function = "sock_send_length")]
+pub fn sock_send_length(ctx: BtfTracePointContext) -> i32 {
+    socket_transfer(&ctx, false);
+    0
+}
+
+#[inline(always)]
+fn socket_transfer(ctx: &BtfTracePointContext, reading: bool) {
+    if config!(floor_only) != 0 {
+        return;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target_tgid((pid_tgid >> 32) as u32) {
+        return;
+    }
+    // An `int` argument: the low 32 bits of its slot.
+    let ret = arg::<u64>(ctx, 1) as u32 as i32;
+    let flags: u64 = arg(ctx, 2);
+    if ret <= 0 || (reading && flags & MSG_PEEK != 0) {
+        return;
+    }
+    // The socket's address keys its connection (kernel addresses never
+    // collide with the (tgid, fd) keys of the syscall hooks); its bits
+    // above the slab's 64-byte alignment number it for userspace.
+    // Read as a number, not the typed pointer the verifier would track (it
+    // allows no arithmetic on pointers).
+    // SAFETY: the helper checks the address; slot 0 of the context.
+    let Ok(sk) = (unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }) else {
+        return;
+    };
+    let label = SOCKET_CONN | ((sk >> 6) as u32 & 0x3fff_ffff);
+    transfer(pid_tgid, sk, label, reading, ret as u64);
+}
+
+/// A read that returned data starts a request on its connection (unless
+/// one is pending); a write that sent data ends the pending one.
+#[inline(always)]
+fn transfer(pid_tgid: u64, key: u64, fd: u32, reading: bool, bytes: u64) {
     let ts = now();
     let conn = CONNS.get_ptr_mut(&key);
     if reading {
@@ -68,12 +129,12 @@ pub(crate) fn pair_request(ctx: &BtfTracePointContext, pid_tgid: u64) {
             Some(c) => unsafe {
                 if (*c).responded == 0 {
                     (*c).reads += 1;
-                    (*c).bytes_in += ret as u64;
+                    (*c).bytes_in += bytes;
                 } else {
                     (*c).start_ns = ts;
                     (*c).reads = 1;
                     (*c).responded = 0;
-                    (*c).bytes_in = ret as u64;
+                    (*c).bytes_in = bytes;
                 }
             },
             None => {
@@ -81,7 +142,7 @@ pub(crate) fn pair_request(ctx: &BtfTracePointContext, pid_tgid: u64) {
                     start_ns: ts,
                     reads: 1,
                     responded: 0,
-                    bytes_in: ret as u64,
+                    bytes_in: bytes,
                 };
                 let _ = CONNS.insert(&key, &fresh, 0);
             }
@@ -93,12 +154,12 @@ pub(crate) fn pair_request(ctx: &BtfTracePointContext, pid_tgid: u64) {
         Some(c) if unsafe { (*c).responded } == 0 => unsafe {
             (*c).responded = 1;
             emit_request(RequestRecord {
-                tgid,
+                tgid: (pid_tgid >> 32) as u32,
                 tid: pid_tgid as u32,
                 fd,
                 reads: (*c).reads,
                 bytes_in: (*c).bytes_in.min(u64::from(u32::MAX)) as u32,
-                bytes_out: ret.min(i64::from(u32::MAX)) as u32,
+                bytes_out: bytes.min(u64::from(u32::MAX)) as u32,
                 start_ns: (*c).start_ns,
                 end_ns: ts,
             });

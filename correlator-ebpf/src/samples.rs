@@ -1,14 +1,17 @@
 //! On-CPU samples of target threads.
 
 use aya_ebpf::{
-    EbpfContext as _, bindings::BPF_RB_NO_WAKEUP, helpers::bpf_get_current_pid_tgid,
-    macros::perf_event, programs::PerfEventContext,
+    EbpfContext as _,
+    bindings::BPF_RB_NO_WAKEUP,
+    helpers::{bpf_get_current_pid_tgid, generated::bpf_get_current_task_btf},
+    macros::perf_event,
+    programs::PerfEventContext,
 };
 use correlator_common::{Account, NO_STACK, SampleRecord, Total};
 
 use crate::{
     account::{acct_add, ran_until, rq_steal},
-    helpers::{USER_STACK, cpu_state, now, stack_id, total_add},
+    helpers::{USER_STACK, cpu_state, now, saved_syscall, stack_id, total_add},
     maps::SAMPLES,
     threads::thread,
 };
@@ -50,6 +53,16 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     });
     // The sample runs in the timer's hard IRQ: the interrupted context was
     // never a hard IRQ, but may be a softirq.
+    // Without the syscall hooks, the syscall the thread is in (if any) is
+    // read from the registers it saved entering the kernel.
+    if config!(syscall_hooks) == 0 {
+        st.syscall = if cs & 3 == 3 {
+            0
+        } else {
+            // SAFETY: helper without preconditions.
+            saved_syscall(unsafe { bpf_get_current_task_btf() } as *const u8)
+        };
+    }
     let slot = if cs & 3 == 3 {
         Account::SamplesUser
     } else if in_softirq {

@@ -13,7 +13,7 @@ use crate::{
     account::{acct_add, acct_add_at, ran_until, rq_steal, task_rq},
     helpers::{
         Sink, USER_STACK, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now,
-        stack_id, task_cpu, task_pid, task_tgid,
+        saved_syscall, stack_id, task_cpu, task_pid, task_tgid,
     },
     maps::{CHILD_TGIDS, CPUS, RECORDS, SYSCALL_SITES},
     threads::{thread, track, untrack},
@@ -68,7 +68,15 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         } else {
             (NO_STACK, NO_STACK)
         };
+        // Without the syscall hooks, the syscall it sleeps in is read now,
+        // from the registers it saved entering the kernel.
+        let syscall = if config!(syscall_hooks) == 0 {
+            saved_syscall(prev_task)
+        } else {
+            0
+        };
         let out = SwitchOut {
+            syscall,
             tid: prev_pid,
             tgid,
             // Bool argument: only the low byte is defined.
@@ -161,6 +169,8 @@ pub(crate) fn wait_site(syscall: u32, state: u32) -> u32 {
 
 /// What sched_switch tells about the thread leaving the CPU.
 pub(crate) struct SwitchOut {
+    /// The syscall read at the switch (number + 1; only without the hooks).
+    syscall: u32,
     tid: u32,
     tgid: u32,
     preempted: bool,
@@ -198,6 +208,9 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
         acct_add(state, ts, Account::Steal, stolen);
     }
     state.run_ts = 0;
+    if config!(syscall_hooks) == 0 {
+        state.syscall = out.syscall;
+    }
     state.off_site = if runnable {
         WaitSite::Other as u32
     } else {

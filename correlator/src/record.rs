@@ -196,6 +196,7 @@ pub async fn capture(
             "CORRELATOR_FLOOR_ONLY was set: every program returned at once, nothing was counted (a cost measurement)".into(),
         );
     }
+    notes.extend(cfg.syscall_time.note().map(String::from));
     if !stats_enabled {
         notes.push("BPF run-time statistics were unavailable: program costs unknown".into());
     }
@@ -230,6 +231,7 @@ pub async fn capture(
         server_latency,
         steal: steal.into_samples(),
         sample_period_ns: cfg.sample_period_ns(),
+        syscall_time: cfg.syscall_time,
         thread_names,
         stacks,
     })

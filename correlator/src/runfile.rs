@@ -233,6 +233,11 @@ pub struct RunFile {
     /// Time one on-CPU sample stands for (0: no samples).
     #[serde(default)]
     pub sample_period_ns: u64,
+    /// How syscall time was measured (`exact` in run files from before
+    /// `--syscall-time`): with `sampled`, `syscalls` and `syscall_totals`
+    /// are empty and syscall time on the CPU comes from the samples.
+    #[serde(default)]
+    pub syscall_time: crate::probes::SyscallTime,
     /// On-CPU samples taken of target threads.
     #[serde(default)]
     pub samples: u64,
@@ -323,6 +328,7 @@ pub struct Capture {
     pub server_latency: Option<ServerLatency>,
     pub steal: Vec<StealSample>,
     pub sample_period_ns: u64,
+    pub syscall_time: crate::probes::SyscallTime,
     pub thread_names: BTreeMap<u32, String>,
     /// Symbolized stacks (empty without `--stacks`).
     pub stacks: StackTable,
@@ -426,6 +432,7 @@ impl RunFile {
             syscalls: c.timeline.syscalls().to_vec(),
             syscall_totals,
             sample_period_ns: c.sample_period_ns,
+            syscall_time: c.syscall_time,
             samples: c.kernel.samples,
             thread_names: c.thread_names,
             stack_samples: c.timeline.samples().to_vec(),

@@ -87,25 +87,41 @@ fn check_counts_and_p50(report: &Value, name: &str) {
     assert_eq!(s["stats"]["lost"], 0, "{name}");
 }
 
+/// Counts redis-server's requests server-side, with `extra` for `run`.
+fn count_redis_requests(test: &str, name: &str, extra: &[&str]) {
+    let Some(redis) = debian_binary("/usr/bin/redis-server", test) else {
+        return;
+    };
+    let port = free_port();
+    let server = Proc(
+        Command::new("taskset")
+            .args(["-c", "1", &redis, "--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis"),
+    );
+    wait_listening(port);
+    let url = format!("redis://127.0.0.1:{port}");
+    let report = run_with_syscalls(server.0.id(), &url, name, extra);
+    check_counts_and_p50(&report, name);
+}
+
 live_test! {
     fn syscalls_count_redis_requests() {
-        let Some(redis) = debian_binary("/usr/bin/redis-server", "syscalls_count_redis_requests")
-        else {
-            return;
-        };
-        let port = free_port();
-        let server = Proc(
-            Command::new("taskset")
-                .args(["-c", "1", &redis, "--port", &port.to_string()])
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("redis"),
+        count_redis_requests("syscalls_count_redis_requests", "passive-redis", &[]);
+    }
+}
+
+live_test! {
+    /// The same without the syscall hooks: requests paired at the socket
+    /// layer's tracepoints (`watch`'s default).
+    fn socket_tracepoints_count_redis_requests() {
+        count_redis_requests(
+            "socket_tracepoints_count_redis_requests",
+            "passive-redis-sockets",
+            &["--syscall-time", "sampled"],
         );
-        wait_listening(port);
-        let url = format!("redis://127.0.0.1:{port}");
-        let report = run_with_syscalls(server.0.id(), &url, "passive-redis", &[]);
-        check_counts_and_p50(&report, "redis");
     }
 }
 

@@ -6,13 +6,19 @@
 
 use crate::util::{Recorder, Workload, scratch};
 use correlator::{harness::known_syscalls::Phase, runfile::RunFile, timeline::syscalls::Site};
+use correlator_common::Account;
 
 /// Runs the helper with `args` under the recorder; returns its phases and
 /// the run.
 fn record(name: &str, args: &[&str]) -> (Vec<Phase>, RunFile) {
+    record_with(name, args, &[])
+}
+
+/// `record`, with `rec_args` for the recorder.
+fn record_with(name: &str, args: &[&str], rec_args: &[&str]) -> (Vec<Phase>, RunFile) {
     let dir = scratch(name);
     let mut work = Workload::spawn(args);
-    let rec = Recorder::start(work.pid(), dir.join("w.run"), &[]);
+    let rec = Recorder::start(work.pid(), dir.join("w.run"), rec_args);
     work.go();
     let out = work.child.wait_with_output().expect("workload output");
     assert!(out.status.success(), "workload failed: {:?}", out.status);
@@ -82,6 +88,69 @@ live_test! {
 }
 
 live_test! {
+    /// Without the syscall hooks, syscall time on the CPU is sampled: the
+    /// main thread's on-CPU samples found inside a syscall during the
+    /// helper's /dev/zero reads, times the sample period, against the
+    /// helper's CPU time for the batch (nearly all of it kernel time in
+    /// read): within 5% + four Poisson standard errors of the sample count.
+    fn sampled_syscall_time_matches_the_helpers_own_timing() {
+        let (phases, run) = record_with(
+            "sys-time-sampled",
+            &["--zero-reads", "8000", "--fork-mib", "512"],
+            &["--syscall-time", "sampled"],
+        );
+        assert!(run.syscall_totals.is_empty(), "no call was timed");
+        let reads = phase(&phases, "zero_reads");
+        let (syscall, all) = main_thread_samples(&run, reads);
+        let ours = syscall * run.sample_period_ns;
+        let error = 4.0 * (syscall as f64).sqrt() * run.sample_period_ns as f64;
+        eprintln!(
+            "read: {syscall} of {all} samples in a syscall = {:.1} ms (± {:.1} ms); helper CPU {:.1} ms",
+            ours as f64 / 1e6,
+            error / 1e6,
+            reads.cpu_ns as f64 / 1e6
+        );
+        assert!(
+            ours.abs_diff(reads.cpu_ns) as f64 <= 0.05 * reads.cpu_ns as f64 + error,
+            "sampled read time {ours} vs helper CPU {}",
+            reads.cpu_ns
+        );
+        // The negative control: touching 512 MiB faults from user mode, in
+        // the kernel but in no syscall.
+        let touch = phase(&phases, "touch");
+        let (syscall, all) = main_thread_samples(&run, touch);
+        eprintln!(
+            "touch: {syscall} of {all} samples in a syscall; helper CPU {:.1} ms",
+            touch.cpu_ns as f64 / 1e6
+        );
+        assert!(all >= 50, "touch: only {all} samples");
+        assert!(
+            syscall as f64 <= 0.05 * all as f64,
+            "touch: {syscall} of {all} fault samples read as syscalls"
+        );
+    }
+}
+
+/// The main thread's on-CPU samples in phase `p`: (in a syscall, all).
+fn main_thread_samples(run: &RunFile, p: &Phase) -> (u64, u64) {
+    let bucket = run.bucket_ns;
+    run.thread_accounts
+        .iter()
+        .filter(|a| a.tid == run.target.pid)
+        .filter(|a| a.epoch * bucket >= p.start_ns && a.epoch * bucket < p.end_ns)
+        .fold((0, 0), |(sys, all), a| {
+            let n = |slot: Account| a.ns[slot as usize];
+            (
+                sys + n(Account::SamplesSyscall),
+                all + n(Account::SamplesSyscall)
+                    + n(Account::SamplesUser)
+                    + n(Account::SamplesFault)
+                    + n(Account::SamplesIrq),
+            )
+        })
+}
+
+live_test! {
     /// fork() of a process with 512 MiB resident: the clone syscall's time
     /// against the helper's wall time around fork(), within 10%.
     fn fork_time_is_the_clone_syscalls() {
@@ -136,49 +205,63 @@ fn blocked_in(run: &RunFile, p: &Phase, site: Site) -> u64 {
         .sum()
 }
 
-live_test! {
-    /// A futex held by another thread is a lock wait, a pread of a file
-    /// dropped from the page cache is I/O, an epoll_wait with nothing to wait
-    /// for is idle, nanosleep is a sleep: each phase's blocked time is at
-    /// least 80% its own site.
-    fn wait_sites_are_classified() {
-        let dir = std::env::current_dir().expect("cwd");
-        let (phases, run) = record(
-            "wait-sites",
-            &[
-                "--lock-wait-ms",
-                "200",
-                "--cold-read-mib",
-                "16",
-                "--idle-ms",
-                "200",
-                "--nanosleeps",
-                "100",
-                "--fault-dir",
-                dir.to_str().expect("utf-8 dir"),
-            ],
+/// A futex held by another thread is a lock wait, a pread of a file
+/// dropped from the page cache is I/O, an epoll_wait with nothing to wait
+/// for is idle, nanosleep is a sleep: each phase's blocked time is at
+/// least 80% its own site. `rec_args` for the recorder.
+fn check_wait_sites(name: &str, rec_args: &[&str]) {
+    let dir = std::env::current_dir().expect("cwd");
+    let (phases, run) = record_with(
+        name,
+        &[
+            "--lock-wait-ms",
+            "200",
+            "--cold-read-mib",
+            "16",
+            "--idle-ms",
+            "200",
+            "--nanosleeps",
+            "100",
+            "--fault-dir",
+            dir.to_str().expect("utf-8 dir"),
+        ],
+        rec_args,
+    );
+    for (phase_name, site) in [
+        ("lock_wait", Site::Lock),
+        ("cold_reads", Site::Io),
+        ("idle", Site::Idle),
+        ("nanosleeps", Site::Sleep),
+    ] {
+        let p = phase(&phases, phase_name);
+        let all: u64 = Site::ALL.iter().map(|&s| blocked_in(&run, p, s)).sum();
+        let own = blocked_in(&run, p, site);
+        eprintln!(
+            "{name} {phase_name}: {:.1} ms blocked, {:.1} ms of it {}",
+            all as f64 / 1e6,
+            own as f64 / 1e6,
+            site.name()
         );
-        for (name, site) in [
-            ("lock_wait", Site::Lock),
-            ("cold_reads", Site::Io),
-            ("idle", Site::Idle),
-            ("nanosleeps", Site::Sleep),
-        ] {
-            let p = phase(&phases, name);
-            let all: u64 = Site::ALL.iter().map(|&s| blocked_in(&run, p, s)).sum();
-            let own = blocked_in(&run, p, site);
-            eprintln!(
-                "{name}: {:.1} ms blocked, {:.1} ms of it {}",
-                all as f64 / 1e6,
-                own as f64 / 1e6,
-                site.name()
-            );
-            assert!(all > 0, "{name}: no blocked time recorded");
-            assert!(
-                own as f64 >= 0.8 * all as f64,
-                "{name}: {own} of {all} ns classified {}",
-                site.name()
-            );
-        }
+        assert!(all > 0, "{name} {phase_name}: no blocked time recorded");
+        assert!(
+            own as f64 >= 0.8 * all as f64,
+            "{name} {phase_name}: {own} of {all} ns classified {}",
+            site.name()
+        );
     }
+}
+
+live_test! {
+    /// Wait sites from the syscall hooks (`sys_enter` notes the syscall).
+    fn wait_sites_are_classified() {
+        check_wait_sites("wait-sites", &[]);
+    }
+}
+
+live_test! {
+    /// Wait sites without the syscall hooks: the syscall read from the
+    /// registers the thread saved entering the kernel, at its switch-out.
+    fn wait_sites_are_classified_from_saved_registers() {
+        check_wait_sites("wait-sites-sampled", &["--syscall-time", "sampled"]);
+        }
 }

@@ -40,6 +40,13 @@ pub enum Bench {
         #[arg(long, default_value_t = 5)]
         reps: usize,
     },
+    /// Watch at saturation: redis-server's throughput under
+    /// redis-benchmark with nothing attached, `watch --syscalls` (no
+    /// syscall hooks) and `watch --syscalls --syscall-time exact`.
+    Watch {
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+    },
     /// Symbolization: 10,000 unique kernel + user stacks of real code
     /// addresses, symbolized as at the end of a `--stacks` run.
     Symbols,
@@ -55,6 +62,7 @@ pub fn run(which: Bench) -> Result<()> {
         Bench::Loadgen => crate::bench_loadgen::run(),
         Bench::Analysis => analysis(),
         Bench::Redis { reps } => crate::bench_redis::run(reps),
+        Bench::Watch { reps } => crate::bench_watch::run(reps),
         Bench::Symbols => {
             let bin = build_release()?;
             for _ in 0..3 {
@@ -86,12 +94,17 @@ enum Variant {
     /// correlator with `--stacks`: a kernel and a user stack id at every
     /// target switch-out and with every sample, and a record per sample.
     CorrelatorStacks,
+    /// correlator with `--syscall-time sampled` (`watch`'s default): no
+    /// syscall hooks, the syscall read from saved registers at switch-out
+    /// and at each sample.
+    CorrelatorSampled,
 }
 
 impl Variant {
-    const ALL: [Variant; 7] = [
+    const ALL: [Variant; 8] = [
         Variant::Bare,
         Variant::Correlator,
+        Variant::CorrelatorSampled,
         Variant::CorrelatorStacks,
         Variant::CorrelatorWithoutContext,
         Variant::CorrelatorNoStats,
@@ -127,6 +140,7 @@ impl Variant {
             Variant::Bare => "not attached",
             Variant::Correlator => "correlator",
             Variant::CorrelatorStacks => "corr. --stacks",
+            Variant::CorrelatorSampled => "corr. sampled sys",
             Variant::CorrelatorWithoutContext => "corr. w/o sys+smp",
             Variant::CorrelatorNoStats => "corr. no stats",
             Variant::Floor => "empty programs",
@@ -262,6 +276,7 @@ fn report(placement: Placement, samples: &[(Variant, Sample)], loops: u64) -> Va
     for v in [
         Variant::Correlator,
         Variant::CorrelatorStacks,
+        Variant::CorrelatorSampled,
         Variant::CorrelatorWithoutContext,
         Variant::Floor,
         Variant::Bpftrace,
@@ -355,14 +370,17 @@ fn measure(
         Variant::Bare => None,
         Variant::Correlator
         | Variant::CorrelatorStacks
+        | Variant::CorrelatorSampled
         | Variant::CorrelatorWithoutContext
         | Variant::CorrelatorNoStats
         | Variant::Floor => {
             let mut cmd = Command::new(bin);
+            cmd.arg("record");
             if variant == Variant::CorrelatorStacks {
-                cmd.arg("record").arg("--stacks");
-            } else {
-                cmd.arg("record");
+                cmd.arg("--stacks");
+            }
+            if variant == Variant::CorrelatorSampled {
+                cmd.args(["--syscall-time", "sampled"]);
             }
             if variant == Variant::CorrelatorWithoutContext {
                 cmd.env("CORRELATOR_NO_SYSCALL_CONTEXT", "1");
@@ -408,6 +426,7 @@ fn measure(
         (
             Variant::Correlator
             | Variant::CorrelatorStacks
+            | Variant::CorrelatorSampled
             | Variant::CorrelatorWithoutContext
             | Variant::CorrelatorNoStats
             | Variant::Floor,

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_loadgen;
 mod bench_redis;
+mod bench_watch;
 mod layers;
 
 #[derive(Parser)]

@@ -21,6 +21,7 @@ use correlator_common::{Account, NUM_ACCOUNT};
 use serde::{Deserialize, Serialize};
 
 use super::kernel::{OffKind, Threads};
+use crate::probes::SyscallTime;
 use crate::runfile::RunFile;
 use crate::timeline::{
     SyscallSpan, ThreadAccount,
@@ -323,8 +324,9 @@ impl<'a> Accounts<'a> {
         let migration_on = slot(Account::MigrationCpu) + s.migration_on;
         let syscall =
             (slot(Account::SyscallCpu) - slot(Account::MigrationCpu)).max(0.0) + s.syscall_on;
-        // On the CPU outside syscalls, IRQs and steal: user code or fault
-        // handling, split by where the samples found the thread.
+        // On the CPU outside measured syscalls, IRQs and steal: user code
+        // or fault handling (and, without the syscall hooks, syscalls),
+        // split by where the samples found the thread.
         let rest = (on_cpu
             - steal
             - syscall
@@ -332,17 +334,28 @@ impl<'a> Accounts<'a> {
             - slot(Account::HardIrq)
             - slot(Account::SoftIrq))
         .max(0.0);
+        let syscall_samples = if self.run.syscall_time == SyscallTime::Sampled {
+            slot(Account::SamplesSyscall)
+        } else {
+            0.0
+        };
         let (user_samples, fault_samples) =
             (slot(Account::SamplesUser), slot(Account::SamplesFault));
-        let sampled = user_samples + fault_samples;
-        let (fault, fault_error) = if sampled > 0.0 {
-            let p = fault_samples / sampled;
-            // Binomial standard error of the split, in time.
-            (rest * p, rest * (p * (1.0 - p) / sampled).sqrt())
-        } else {
-            (0.0, 0.0)
+        let sampled = user_samples + fault_samples + syscall_samples;
+        // A share of `rest` by samples, with the binomial standard error of
+        // the split, in time.
+        let share = |n: f64| {
+            if sampled > 0.0 {
+                let p = n / sampled;
+                (rest * p, rest * (p * (1.0 - p) / sampled).sqrt())
+            } else {
+                (0.0, 0.0)
+            }
         };
-        let user = rest - fault;
+        let (fault, fault_error) = share(fault_samples);
+        let (sampled_syscall, _) = share(syscall_samples);
+        let syscall = syscall + sampled_syscall;
+        let user = rest - fault - sampled_syscall;
         let migration = migration_on + s.migration_off + blocked_slot(Site::Migration);
         let mut account = TimeAccount {
             duration_ns: d,

@@ -479,3 +479,48 @@ fn two_problems_make_two_families() {
     assert_eq!(hog.signature, Signature::Sporadic, "{}", hog.evidence);
     assert_eq!(hog.detail.as_deref(), Some("hog"));
 }
+
+/// Without the syscall hooks (`--syscall-time sampled`) no call is timed:
+/// on-CPU time is split by where the samples found the thread, syscalls
+/// included. The same stalls read with exact syscall time (no call timed)
+/// are user code.
+#[test]
+fn sampled_syscall_time_comes_from_the_samples() {
+    let stalls = |s: &mut Synth| {
+        for at in sporadic_times(8, 5) {
+            s.stall(at, 10 * MS);
+            s.acct(SERVER, at, 10 * MS, Account::OnCpu as usize, 10 * MS);
+            s.acct(SERVER, at, 10 * MS, Account::SamplesSyscall as usize, 8);
+            s.acct(SERVER, at, 10 * MS, Account::SamplesUser as usize, 2);
+        }
+        s.ordinary_sleeps(SERVER);
+    };
+    let mut exact = Synth::new(10_000.0, 5);
+    stalls(&mut exact);
+    let a = run(exact);
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::OnCpu),
+        "{:#?}",
+        a.classification.causes
+    );
+
+    let mut sampled = Synth::new(10_000.0, 5);
+    stalls(&mut sampled);
+    let (mut r, lat) = sampled.build();
+    r.syscall_time = crate::probes::SyscallTime::Sampled;
+    let a = analyze(&r, &lat, &AnalysisOptions::default());
+    let e = &a.episodes[0];
+    let share = e.account.syscall_ns as f64 / e.account.duration_ns as f64;
+    assert!(
+        (0.7..=0.9).contains(&share),
+        "syscall share {share}: {:#?}",
+        e.account
+    );
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Syscall),
+        "{:#?}",
+        a.classification.causes
+    );
+}

@@ -141,7 +141,13 @@ impl SyscallWork {
         if self.fork_mib > 0 {
             let region = crate::memory::Region::anonymous(self.fork_mib << 20)
                 .context("cannot map the memory to fork with")?;
-            region.touch(true);
+            // Timed too: page faults from user mode, kernel work outside
+            // any syscall (what a sampled syscall context must not call a
+            // syscall).
+            phases.push(phase("touch", 1, || {
+                region.touch(true);
+                Ok(())
+            })?);
             let mut child = 0;
             phases.push(phase("fork", 1, || {
                 child = fork()?;

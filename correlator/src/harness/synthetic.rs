@@ -156,6 +156,7 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         syscalls: Vec::new(),
         syscall_totals: BTreeMap::new(),
         sample_period_ns: 1_003_009,
+        syscall_time: crate::probes::SyscallTime::Exact,
         samples: 0,
         thread_names: BTreeMap::new(),
     }

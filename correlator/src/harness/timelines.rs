@@ -288,6 +288,7 @@ impl Synth {
             syscalls: self.syscalls.clone(),
             syscall_totals: BTreeMap::new(),
             sample_period_ns: 1_000_000,
+            syscall_time: crate::probes::SyscallTime::Exact,
             samples: 0,
             thread_names: BTreeMap::new(),
             stack_samples: Vec::new(),

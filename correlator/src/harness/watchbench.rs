@@ -187,6 +187,7 @@ fn analyse(rec: &FlightRecorder, me: &Target, span: Option<u64>) -> Result<(RunF
             stacks: false,
             min_offcpu_record_ns: 50_000,
             sample_period_ns: 1_000_000,
+            syscall_time: crate::probes::SyscallTime::Sampled,
             programs: Vec::new(),
             notes: vec!["synthetic feed (watch-memcheck)".into()],
         },

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use correlator_common::{RequestRecord, UPROBE_FD};
+use correlator_common::{RequestRecord, SOCKET_CONN, UPROBE_FD};
 use serde::{Deserialize, Serialize};
 
 use super::capture::LatencyCapture;
@@ -148,6 +148,8 @@ impl SocketCache {
     /// socket (not a file or a pipe).
     pub fn is_request(&mut self, r: &RequestRecord) -> bool {
         r.fd == UPROBE_FD
+            // Seen at the socket tracepoints: a socket by construction.
+            || r.fd & SOCKET_CONN != 0
             || *self.0.entry((r.tgid, r.fd)).or_insert_with(|| {
                 std::fs::read_link(format!("/proc/{}/fd/{}", r.tgid, r.fd))
                     .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))

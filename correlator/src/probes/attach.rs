@@ -90,22 +90,20 @@ impl ThreadTable {
 }
 
 /// Attaches every program; without `context`, not the syscall and sample
-/// programs (a cost measurement only).
-pub(super) fn attach_all(ebpf: &mut Ebpf, sample_period_ns: u64, context: bool) -> Result<()> {
-    let btf =
-        aya::Btf::from_sys_fs().context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")?;
+/// programs (a cost measurement only); without `hooks` (`--syscall-time
+/// sampled`), not the syscall hooks.
+pub(super) fn attach_all(
+    ebpf: &mut Ebpf,
+    sample_period_ns: u64,
+    context: bool,
+    hooks: bool,
+) -> Result<()> {
+    let btf = kernel_btf()?;
     for prog in TRACEPOINTS {
-        if !context && prog.starts_with("sys_") {
+        if (!context || !hooks) && prog.starts_with("sys_") {
             continue;
         }
-        let program: &mut BtfTracePoint = ebpf
-            .program_mut(prog)
-            .with_context(|| format!("program {prog} missing from the eBPF object"))?
-            .try_into()?;
-        program.load(prog, &btf).map_err(|e| refused(prog, &e))?;
-        program
-            .attach()
-            .with_context(|| format!("cannot attach to BTF tracepoint {prog}"))?;
+        attach_tracepoint(ebpf, prog, &btf)?;
     }
     let cpus = online_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?;
     for (prog, event) in PERF_EVENTS {
@@ -146,12 +144,42 @@ pub(super) fn attach_all(ebpf: &mut Ebpf, sample_period_ns: u64, context: bool) 
     Ok(())
 }
 
+fn kernel_btf() -> Result<aya::Btf> {
+    aya::Btf::from_sys_fs().context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")
+}
+
+fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, btf: &aya::Btf) -> Result<()> {
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(prog)
+        .with_context(|| format!("program {prog} missing from the eBPF object"))?
+        .try_into()?;
+    program.load(prog, btf).map_err(|e| refused(prog, &e))?;
+    program
+        .attach()
+        .with_context(|| format!("cannot attach to BTF tracepoint {prog}"))?;
+    Ok(())
+}
+
 /// Attaches the passive request-latency programs.
-pub(super) fn attach_passive(ebpf: &mut Ebpf, source: &PassiveSource, pid: u32) -> Result<()> {
+pub(super) fn attach_passive(
+    ebpf: &mut Ebpf,
+    source: &PassiveSource,
+    pid: u32,
+    hooks: bool,
+) -> Result<()> {
     match source {
-        // sys_exit is always attached (syscall accounting); the flag in
-        // CONFIG turns its request pairing on.
-        PassiveSource::Syscalls => {}
+        // With the syscall hooks, sys_exit (attached for syscall time)
+        // pairs the requests: the flag in CONFIG turns that on.
+        PassiveSource::Syscalls if hooks => {}
+        // Without them, the socket layer's tracepoints (Linux 6.3+).
+        PassiveSource::Syscalls => {
+            let btf = kernel_btf()?;
+            for prog in ["sock_recv_length", "sock_send_length"] {
+                attach_tracepoint(ebpf, prog, &btf).with_context(|| {
+                    "--syscalls with --syscall-time sampled needs the sock_recv_length and sock_send_length tracepoints (Linux 6.3 or later)"
+                })?;
+            }
+        }
         PassiveSource::Uprobe { binary, symbol, .. } => {
             let scope = UProbeScope::OneProcess(
                 std::num::NonZeroU32::new(pid).context("PID 0 cannot be probed")?,

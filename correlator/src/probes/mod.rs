@@ -60,6 +60,7 @@ pub struct ProbeConfig {
     /// program run then pays two clock reads); `watch` turns them on one
     /// second in sixty instead ([`Probes::set_stats`]).
     pub bpf_stats: bool,
+    pub syscall_time: SyscallTime,
 }
 
 impl ProbeConfig {
@@ -84,6 +85,7 @@ impl Default for ProbeConfig {
             sample_hz: 997,
             stacks: false,
             bpf_stats: true,
+            syscall_time: SyscallTime::Exact,
         }
     }
 }
@@ -103,6 +105,35 @@ pub struct ProgramCost {
     pub run_count: u64,
     pub run_time_ns: u64,
     pub ns_per_run: f64,
+}
+
+/// How the kernel time of a target thread's syscalls is measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum SyscallTime {
+    /// Hooks on every syscall's entry and exit (`sys_enter`/`sys_exit`):
+    /// each call's time in the kernel, exactly. Attaching them sends every
+    /// syscall of every task on the machine through the kernel's slower
+    /// syscall path (about 10% of a syscall-bound server's throughput).
+    #[default]
+    Exact,
+    /// No syscall hooks: the syscall a thread sleeps in is read from its
+    /// saved registers at each switch-out, syscall time on the CPU comes
+    /// from the on-CPU samples (with its sampling error), and `--syscalls`
+    /// pairs requests at the socket layer's tracepoints.
+    Sampled,
+}
+
+impl SyscallTime {
+    /// What a report made this way should tell its reader.
+    pub fn note(self) -> Option<&'static str> {
+        match self {
+            Self::Exact => None,
+            Self::Sampled => Some(
+                "syscall time was sampled (--syscall-time sampled): wait sites were read from the registers threads saved entering the kernel, syscall time on the CPU is the on-CPU samples' share (with their sampling error), and no single call was timed",
+            ),
+        }
+    }
 }
 
 /// Attached probes for one target.
@@ -158,8 +189,10 @@ impl Probes {
             task_cpu_offset: (kernel_btf.member_offset("task_struct", "thread_info")?
                 + kernel_btf.member_offset("thread_info", "cpu")?)
             .into(),
-            regs_arg0_offset: 0,
-            regs_nr_offset: 0,
+            regs_arg0_offset: kernel_btf.member_offset("pt_regs", "di")?.into(),
+            regs_nr_offset: kernel_btf.member_offset("pt_regs", "orig_ax")?.into(),
+            regs_ax_offset: kernel_btf.member_offset("pt_regs", "ax")?.into(),
+            syscall_hooks: u64::from(cfg.syscall_time == SyscallTime::Exact),
             uprobe_every: 1,
             // Measurement only (the bench's floor variant), never a product mode.
             floor_only: u64::from(floor_only_requested()),
@@ -187,11 +220,7 @@ impl Probes {
             bail!("correlator knows the x86-64 syscall numbers only");
         }
         match &cfg.passive {
-            Some(PassiveSource::Syscalls) => {
-                config.passive_syscalls = 1;
-                config.regs_arg0_offset = kernel_btf.member_offset("pt_regs", "di")?.into();
-                config.regs_nr_offset = kernel_btf.member_offset("pt_regs", "orig_ax")?.into();
-            }
+            Some(PassiveSource::Syscalls) => config.passive_syscalls = 1,
             Some(PassiveSource::Uprobe { every, .. }) => config.uprobe_every = (*every).max(1),
             None => {}
         }
@@ -224,9 +253,10 @@ impl Probes {
         // the account then has no syscall, wait-site or sample data.
         let context = std::env::var_os("CORRELATOR_NO_SYSCALL_CONTEXT").is_none()
             || matches!(cfg.passive, Some(PassiveSource::Syscalls));
-        attach_all(&mut ebpf, cfg.sample_period_ns(), context)?;
+        let hooks = cfg.syscall_time == SyscallTime::Exact;
+        attach_all(&mut ebpf, cfg.sample_period_ns(), context, hooks)?;
         if let Some(source) = &cfg.passive {
-            attach_passive(&mut ebpf, source, target.pid)?;
+            attach_passive(&mut ebpf, source, target.pid, hooks)?;
         }
         // After attaching, so a thread created meanwhile is seen by
         // task_newtask or by this scan.

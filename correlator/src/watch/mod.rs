@@ -387,7 +387,14 @@ impl Watcher {
             .context("nothing attached to analyse")?;
         let now = clock::monotonic_ns();
         let window_ns = now.saturating_sub(a.rec.since_ns);
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> = self
+            .opts
+            .probes
+            .syscall_time
+            .note()
+            .into_iter()
+            .map(String::from)
+            .collect();
         if let Some(n) = &a.restart_note
             && window_ns <= u64::try_from(self.opts.keep.as_nanos()).unwrap_or(u64::MAX)
         {
@@ -417,6 +424,7 @@ impl Watcher {
                 min_offcpu_record_ns: u64::try_from(self.opts.probes.min_offcpu_record.as_nanos())
                     .unwrap_or(u64::MAX),
                 sample_period_ns: self.opts.probes.sample_period_ns(),
+                syscall_time: self.opts.probes.syscall_time,
                 programs,
                 notes,
             },

@@ -200,6 +200,7 @@ impl FlightRecorder {
                 .cloned()
                 .collect(),
             sample_period_ns: w.sample_period_ns,
+            syscall_time: w.syscall_time,
             thread_names,
             stacks,
         })
@@ -216,6 +217,7 @@ pub struct Window<'a> {
     pub stacks: bool,
     pub min_offcpu_record_ns: u64,
     pub sample_period_ns: u64,
+    pub syscall_time: crate::probes::SyscallTime,
     /// Program costs from the last sampled second (empty: not sampled yet).
     pub programs: Vec<crate::probes::ProgramCost>,
     pub notes: Vec<String>,

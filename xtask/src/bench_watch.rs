@@ -1,0 +1,131 @@
+//! `cargo xtask bench watch`: what `correlator watch` costs a real server
+//! at saturation. Debian's redis-server pinned to CPU 1, driven as fast as
+//! it goes by `redis-benchmark` (GET, 50 connections) pinned to CPU 0, with
+//! nothing attached, with `watch --syscalls` (its default: no syscall
+//! hooks) and with `watch --syscalls --syscall-time exact`, interleaved.
+//! The cost is the throughput redis-benchmark reports, as a ratio of the
+//! median against nothing attached.
+
+use std::{
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::build_release;
+
+const REQUESTS: &str = "300000";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Variant {
+    Bare,
+    Watch,
+    WatchExact,
+}
+
+impl Variant {
+    const ALL: [Variant; 3] = [Variant::Bare, Variant::Watch, Variant::WatchExact];
+
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Bare => "not attached",
+            Variant::Watch => "watch --syscalls",
+            Variant::WatchExact => "watch --syscalls --syscall-time exact",
+        }
+    }
+}
+
+/// A child killed (SIGTERM, then reaped) when dropped.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: our own child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// GET requests per second from one `redis-benchmark` run.
+fn throughput(port: u16) -> Result<f64> {
+    let out = Command::new("taskset")
+        .args(["-c", "0", "redis-benchmark", "-p", &port.to_string()])
+        .args(["-t", "get", "-n", REQUESTS, "-c", "50", "-q"])
+        .output()
+        .context("running redis-benchmark")?;
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n");
+    // The last progress line holds the final figure: "GET: 153925.09 requests per second".
+    text.lines()
+        .filter_map(|l| l.split_once("GET:"))
+        .filter_map(|(_, rest)| rest.split_whitespace().next()?.parse::<f64>().ok())
+        .next_back()
+        .with_context(|| format!("no GET figure in redis-benchmark's output: {text}"))
+}
+
+pub fn run(reps: usize) -> Result<()> {
+    let bin = build_release()?;
+    let redis = "/usr/bin/redis-server";
+    if !std::path::Path::new(redis).exists() {
+        bail!("{redis} not found; run xtask/setup.sh");
+    }
+    let port = 6392;
+    let server = Stopped(
+        Command::new("taskset")
+            .args(["-c", "1", redis, "--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting redis-server")?,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = server.0.id();
+    let out = std::path::Path::new("target/bench/watch-bench");
+    let mut rows: Vec<(Variant, f64)> = Vec::new();
+    for rep in 0..reps {
+        for v in Variant::ALL {
+            let watcher = match v {
+                Variant::Bare => None,
+                Variant::Watch | Variant::WatchExact => {
+                    let _ = std::fs::remove_dir_all(out);
+                    let mut c = Command::new(&bin);
+                    c.args(["watch", "--syscalls", "--pid"])
+                        .arg(pid.to_string())
+                        .arg("--out")
+                        .arg(out)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null());
+                    if v == Variant::WatchExact {
+                        c.args(["--syscall-time", "exact"]);
+                    }
+                    let child = Stopped(c.spawn()?);
+                    // Attached well before the load starts.
+                    std::thread::sleep(Duration::from_secs(3));
+                    Some(child)
+                }
+            };
+            let rps = throughput(port)?;
+            drop(watcher);
+            eprintln!("bench watch: rep {rep} {:<40} {rps:>10.0} GET/s", v.name());
+            rows.push((v, rps));
+        }
+    }
+    let median = |v: Variant| {
+        let mut x: Vec<f64> = rows.iter().filter(|r| r.0 == v).map(|r| r.1).collect();
+        x.sort_by(f64::total_cmp);
+        (x[x.len() / 2], x[0], x[x.len() - 1])
+    };
+    let (bare, _, _) = median(Variant::Bare);
+    println!(
+        "\nredis-server (CPU 1) at saturation, redis-benchmark GET -c 50 (CPU 0), {reps} reps: GET/s, median [min, max]"
+    );
+    for v in Variant::ALL {
+        let (m, lo, hi) = median(v);
+        println!(
+            "  {:<40} {m:>9.0} [{lo:.0}, {hi:.0}]   {:.1}% of not attached",
+            v.name(),
+            m / bare * 100.0
+        );
+    }
+    Ok(())
+}

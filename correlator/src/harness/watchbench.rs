@@ -53,6 +53,8 @@ const BUCKET_NS: u64 = 1 << 19;
 const S: u64 = 1_000_000_000;
 
 pub fn run(a: &WatchBenchArgs) -> Result<()> {
+    // As `watch` does: RSS follows live memory.
+    crate::memory::return_freed_memory();
     let me = Target::from_pid(std::process::id())?;
     let t0 = 1_000 * S;
     let mut rec = FlightRecorder::new(60 * S, BUCKET_NS, 2_000_000, 2_000_000, t0);

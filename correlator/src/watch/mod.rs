@@ -77,6 +77,9 @@ const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// Validates everything it can, then watches until SIGINT / SIGTERM, the
 /// duration, or (for a PID) the target's exit.
 pub fn watch(opts: WatchOptions) -> Result<WatchSummary> {
+    // Days attached: resident memory must follow the live window, not the
+    // peak of the biggest report written so far.
+    crate::memory::return_freed_memory();
     if opts.probes.passive.is_none() {
         anyhow::bail!("watch needs server-side latency: give --syscalls or --uprobe BINARY:SYMBOL");
     }

@@ -436,6 +436,8 @@ pub struct Config {
     /// switch-out and at each sample, and `--syscalls` pairs requests at the
     /// socket tracepoints instead.
     pub syscall_hooks: u64,
+    /// The on-CPU sampler's period: what one sample stands for.
+    pub sample_period_ns: u64,
     /// Offsets for the run queue's cumulative steal, reached through the
     /// task: `task->se.cfs_rq`, `cfs_rq->rq`, `rq->prev_steal_time_rq`.
     /// `task_cfs_rq_offset` 0: steal is not measured (kernel without it).

@@ -28,6 +28,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     floor_only: 0,
     passive_syscalls: 0,
     syscall_hooks: 1,
+    sample_period_ns: 1_000_000,
     task_cfs_rq_offset: 0,
     cfs_rq_rq_offset: 0,
     rq_steal_offset: 0,

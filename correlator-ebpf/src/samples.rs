@@ -73,6 +73,18 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
         Account::SamplesFault
     };
     acct_add(st, ts, slot, 1);
+    if config!(syscall_hooks) == 0 && slot == Account::SamplesSyscall {
+        // Without the hooks no call is timed: the sampled syscall names the
+        // bucket's kernel time instead, one sample period per sample (the
+        // most sampled one wins; a bucket rarely holds two samples).
+        let period = config!(sample_period_ns);
+        if st.top_syscall == st.syscall {
+            st.top_syscall_ns += period;
+        } else if st.top_syscall_ns < period {
+            st.top_syscall = st.syscall;
+            st.top_syscall_ns = period;
+        }
+    }
     if config!(stacks) != 0 {
         let user_mode = slot == Account::SamplesUser;
         let record = SampleRecord {

@@ -115,6 +115,24 @@ live_test! {
             "sampled read time {ours} vs helper CPU {}",
             reads.cpu_ns
         );
+        // The sampled syscall names its buckets' kernel time.
+        let named: Vec<u32> = run
+            .thread_accounts
+            .iter()
+            .filter(|a| a.tid == run.target.pid && a.ns[Account::SamplesSyscall as usize] > 0)
+            .filter(|a| {
+                let t = a.epoch * run.bucket_ns;
+                t >= reads.start_ns && t < reads.end_ns
+            })
+            .map(|a| a.top_syscall.map_or(u32::MAX, |(nr, _)| nr))
+            .collect();
+        let read_nr = 0;
+        let as_read = named.iter().filter(|&&nr| nr == read_nr).count();
+        eprintln!("read: {as_read} of {} buckets with syscall samples name read", named.len());
+        assert!(
+            as_read as f64 >= 0.9 * named.len() as f64 && !named.is_empty(),
+            "buckets named {named:?}"
+        );
         // The negative control: touching 512 MiB faults from user mode, in
         // the kernel but in no syscall.
         let touch = phase(&phases, "touch");

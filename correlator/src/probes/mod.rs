@@ -193,6 +193,7 @@ impl Probes {
             regs_nr_offset: kernel_btf.member_offset("pt_regs", "orig_ax")?.into(),
             regs_ax_offset: kernel_btf.member_offset("pt_regs", "ax")?.into(),
             syscall_hooks: u64::from(cfg.syscall_time == SyscallTime::Exact),
+            sample_period_ns: cfg.sample_period_ns(),
             uprobe_every: 1,
             // Measurement only (the bench's floor variant), never a product mode.
             floor_only: u64::from(floor_only_requested()),

@@ -133,12 +133,15 @@ fn read_other_processes() -> Result<String, String> {
     }
 }
 
-/// `watch --syscalls`: the passive-latency programs load and attach.
+/// `watch --syscalls`: the passive-latency programs load and attach as
+/// watch attaches them by default (sampled syscall time: the socket
+/// tracepoints, and the syscall read from saved registers).
 fn passive_trial() -> Result<String, String> {
     let me = Target::from_pid(std::process::id()).map_err(|e| format!("{e:#}"))?;
     let cfg = ProbeConfig {
         passive: Some(crate::latency::passive::PassiveSource::Syscalls),
         bpf_stats: false,
+        syscall_time: crate::probes::SyscallTime::Sampled,
         ..ProbeConfig::default()
     };
     let mut probes = Probes::attach(&me, &cfg).map_err(|e| format!("{e:#}"))?;
@@ -146,7 +149,7 @@ fn passive_trial() -> Result<String, String> {
     let sampled = probes.set_stats(true);
     probes.set_stats(false);
     Ok(format!(
-        "socket syscall probes attach; BPF statistics can be sampled: {}",
+        "socket tracepoints (sock_recv_length, sock_send_length) and the saved-register syscall context attach; BPF statistics can be sampled: {}",
         if sampled {
             "yes"
         } else {

@@ -116,22 +116,23 @@ live_test! {
             reads.cpu_ns
         );
         // The sampled syscall names its buckets' kernel time.
-        let named: Vec<u32> = run
-            .thread_accounts
-            .iter()
-            .filter(|a| a.tid == run.target.pid && a.ns[Account::SamplesSyscall as usize] > 0)
-            .filter(|a| {
-                let t = a.epoch * run.bucket_ns;
-                t >= reads.start_ns && t < reads.end_ns
-            })
-            .map(|a| a.top_syscall.map_or(u32::MAX, |(nr, _)| nr))
-            .collect();
-        let read_nr = 0;
-        let as_read = named.iter().filter(|&&nr| nr == read_nr).count();
+        let named = sampled_names(&run, reads);
+        let as_read = named.iter().filter(|n| *n == "read").count();
         eprintln!("read: {as_read} of {} buckets with syscall samples name read", named.len());
         assert!(
             as_read as f64 >= 0.9 * named.len() as f64 && !named.is_empty(),
             "buckets named {named:?}"
+        );
+        // A 512 MiB fork: a few ms in clone, named by its samples.
+        let fork = phase(&phases, "fork");
+        let named = sampled_names(&run, fork);
+        eprintln!(
+            "fork: {:.2} ms, buckets with syscall samples named {named:?}",
+            (fork.end_ns - fork.start_ns) as f64 / 1e6
+        );
+        assert!(
+            !named.is_empty() && named.iter().all(|n| n.starts_with("clone")),
+            "fork buckets named {named:?}"
         );
         // The negative control: touching 512 MiB faults from user mode, in
         // the kernel but in no syscall.
@@ -147,6 +148,25 @@ live_test! {
             "touch: {syscall} of {all} fault samples read as syscalls"
         );
     }
+}
+
+/// The syscall naming each bucket of phase `p` in which the main thread
+/// was sampled inside a syscall.
+fn sampled_names(run: &RunFile, p: &Phase) -> Vec<String> {
+    run.thread_accounts
+        .iter()
+        .filter(|a| a.tid == run.target.pid && a.ns[Account::SamplesSyscall as usize] > 0)
+        .filter(|a| {
+            let t = a.epoch * run.bucket_ns;
+            t >= p.start_ns && t < p.end_ns
+        })
+        .map(|a| {
+            a.top_syscall.map_or_else(
+                || "(none)".to_string(),
+                |(nr, _)| correlator::timeline::syscalls::name(nr),
+            )
+        })
+        .collect()
 }
 
 /// The main thread's on-CPU samples in phase `p`: (in a syscall, all).

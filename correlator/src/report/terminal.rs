@@ -71,7 +71,7 @@ pub fn render(r: &Report) -> String {
     }
     let _ = writeln!(out);
     out.push_str(&table(
-        "LATENCY from the intended send time",
+        &latency_title(&r.latency.source),
         &r.latency.summary,
     ));
     let threshold = r.latency.threshold_ns.map_or("-".into(), fmt_ns);
@@ -249,4 +249,36 @@ fn account_line(r: &Report) -> String {
         .map(|(v, n)| format!("{n} {:.0}%", *v as f64 / total.max(1) as f64 * 100.0))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// What the latency table measured: only open-loop load times requests from
+/// their intended send time; closed-loop load from the actual send, an
+/// imported log as its tool did, and server-side latency from the first
+/// read to the response.
+fn latency_title(source: &str) -> String {
+    if source.starts_with("open-loop") {
+        "LATENCY from the intended send time".into()
+    } else {
+        format!("LATENCY ({source})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::latency_title;
+
+    #[test]
+    fn only_open_loop_latency_is_from_the_intended_send_time() {
+        assert_eq!(
+            latency_title("open-loop load tcp://127.0.0.1:1"),
+            "LATENCY from the intended send time"
+        );
+        for source in [
+            "closed-loop load tcp://127.0.0.1:1",
+            "server-side, socket syscalls",
+            "imported wrk2.hlog",
+        ] {
+            assert_eq!(latency_title(source), format!("LATENCY ({source})"));
+        }
+    }
 }

@@ -47,7 +47,8 @@ fn cpu_ticks(pid: u32) -> Result<u64> {
     Ok(f.get(11).context("utime")?.parse::<u64>()? + f.get(12).context("stime")?.parse::<u64>()?)
 }
 
-struct Killed(Child);
+/// A child killed (and reaped) when dropped.
+pub(crate) struct Killed(pub(crate) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -56,22 +57,29 @@ impl Drop for Killed {
     }
 }
 
-pub fn run(reps: usize) -> Result<()> {
-    let bin = build_release()?;
+/// Debian's redis-server pinned to `cpu`, on 127.0.0.1:`port`, without
+/// persistence, given half a second to listen.
+pub(crate) fn start_redis(cpu: u32, port: u16) -> Result<Killed> {
     let redis = "/usr/bin/redis-server";
     if !std::path::Path::new(redis).exists() {
         bail!("{redis} not found; run xtask/setup.sh");
     }
-    let port = 6391;
     let server = Killed(
         Command::new("taskset")
-            .args(["-c", "0", redis, "--port", &port.to_string()])
+            .args(["-c", &cpu.to_string(), redis, "--port", &port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .spawn()
             .context("starting redis-server")?,
     );
     std::thread::sleep(Duration::from_millis(500));
+    Ok(server)
+}
+
+pub fn run(reps: usize) -> Result<()> {
+    let bin = build_release()?;
+    let port = 6391;
+    let server = start_redis(0, port)?;
     let pid = server.0.id();
     let ticks_per_s = 100.0; // USER_HZ on Linux
     let mut rows: Vec<(Variant, f64, f64)> = Vec::new();

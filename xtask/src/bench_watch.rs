@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 
 use crate::build_release;
 
@@ -65,20 +65,8 @@ fn throughput(port: u16) -> Result<f64> {
 
 pub fn run(reps: usize) -> Result<()> {
     let bin = build_release()?;
-    let redis = "/usr/bin/redis-server";
-    if !std::path::Path::new(redis).exists() {
-        bail!("{redis} not found; run xtask/setup.sh");
-    }
     let port = 6392;
-    let server = Stopped(
-        Command::new("taskset")
-            .args(["-c", "1", redis, "--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .context("starting redis-server")?,
-    );
-    std::thread::sleep(Duration::from_millis(500));
+    let server = crate::bench_redis::start_redis(1, port)?;
     let pid = server.0.id();
     let out = std::path::Path::new("target/bench/watch-bench");
     let mut rows: Vec<(Variant, f64)> = Vec::new();

@@ -94,16 +94,16 @@ impl ThreadTable {
 /// sampled`), not the syscall hooks.
 pub(super) fn attach_all(
     ebpf: &mut Ebpf,
+    btf: &aya::Btf,
     sample_period_ns: u64,
     context: bool,
     hooks: bool,
 ) -> Result<()> {
-    let btf = kernel_btf()?;
     for prog in TRACEPOINTS {
         if (!context || !hooks) && prog.starts_with("sys_") {
             continue;
         }
-        attach_tracepoint(ebpf, prog, &btf)?;
+        attach_tracepoint(ebpf, prog, btf)?;
     }
     let cpus = online_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?;
     for (prog, event) in PERF_EVENTS {
@@ -144,7 +144,8 @@ pub(super) fn attach_all(
     Ok(())
 }
 
-fn kernel_btf() -> Result<aya::Btf> {
+/// The kernel's BTF as aya parses it (several MB: read once per attach).
+pub(super) fn kernel_btf() -> Result<aya::Btf> {
     aya::Btf::from_sys_fs().context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")
 }
 
@@ -163,6 +164,7 @@ fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, btf: &aya::Btf) -> Result<()> 
 /// Attaches the passive request-latency programs.
 pub(super) fn attach_passive(
     ebpf: &mut Ebpf,
+    btf: &aya::Btf,
     source: &PassiveSource,
     pid: u32,
     hooks: bool,
@@ -173,9 +175,8 @@ pub(super) fn attach_passive(
         PassiveSource::Syscalls if hooks => {}
         // Without them, the socket layer's tracepoints (Linux 6.3+).
         PassiveSource::Syscalls => {
-            let btf = kernel_btf()?;
             for prog in ["sock_recv_length", "sock_send_length"] {
-                attach_tracepoint(ebpf, prog, &btf).with_context(|| {
+                attach_tracepoint(ebpf, prog, btf).with_context(|| {
                     "--syscalls with --syscall-time sampled needs the sock_recv_length and sock_send_length tracepoints (Linux 6.3 or later)"
                 })?;
             }

@@ -255,9 +255,12 @@ impl Probes {
         let context = std::env::var_os("CORRELATOR_NO_SYSCALL_CONTEXT").is_none()
             || matches!(cfg.passive, Some(PassiveSource::Syscalls));
         let hooks = cfg.syscall_time == SyscallTime::Exact;
-        attach_all(&mut ebpf, cfg.sample_period_ns(), context, hooks)?;
+        // Parsed by aya for the BTF programs (the offsets above come from
+        // our own reader): once for every program attached.
+        let aya_btf = attach::kernel_btf()?;
+        attach_all(&mut ebpf, &aya_btf, cfg.sample_period_ns(), context, hooks)?;
         if let Some(source) = &cfg.passive {
-            attach_passive(&mut ebpf, source, target.pid, hooks)?;
+            attach_passive(&mut ebpf, &aya_btf, source, target.pid, hooks)?;
         }
         // After attaching, so a thread created meanwhile is seen by
         // task_newtask or by this scan.

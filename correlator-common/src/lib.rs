@@ -135,10 +135,13 @@ pub enum Total {
     StackErrors = NUM_COUNTERS as u32 + 9,
     /// `--stacks`: sample records the kernel could not put in their full ring.
     SampleRecordsLost = NUM_COUNTERS as u32 + 10,
+    /// `--syscalls` at the socket tracepoints: requests timed from their
+    /// bytes' arrival in the socket (the rest from the first read).
+    RequestsFromArrival = NUM_COUNTERS as u32 + 11,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 11;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 12;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -352,8 +355,14 @@ pub struct RequestRecord {
     /// several typical requests' bytes answered at once is pipelining.
     pub bytes_in: u32,
     pub bytes_out: u32,
+    /// When the request began: the arrival of its first bytes in the
+    /// socket (`sk_data_ready`) where that was seen, otherwise its first read.
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The last arrival in the socket of bytes read before the response
+    /// (`start_ns` when one arrival, or none seen): a read that carried
+    /// several requests carried ones that arrived from `start_ns` to here.
+    pub last_start_ns: u64,
 }
 
 /// `RequestRecord::fd` of a function call.
@@ -370,8 +379,14 @@ pub const SOCKET_CONN: u32 = 1 << 31;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ConnState {
-    /// When the pending request's first read returned.
+    /// When the pending request began (see `RequestRecord::start_ns`).
     pub start_ns: u64,
+    /// See `RequestRecord::last_start_ns`.
+    pub last_start_ns: u64,
+    /// First and last arrival of data in the socket since its last read
+    /// (0: none seen): the next read consumes them.
+    pub arrived_ns: u64,
+    pub last_arrived_ns: u64,
     pub reads: u32,
     /// Non-zero: the response was written; the next read starts a request.
     pub responded: u32,

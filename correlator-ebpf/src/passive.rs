@@ -117,6 +117,37 @@ fn socket_transfer(ctx: &BtfTracePointContext, reading: bool) {
     transfer(pid_tgid, sk, label, reading, ret as u64);
 }
 
+/// Data arrived in a socket: if the target reads that socket (it has a
+/// connection entry) and has not read since, the arrival starts its next
+/// request. This is the wait in the socket a stall imposes on every request
+/// queued behind it, invisible from the reads alone. It runs where the data
+/// is queued (the sender's softirq, for loopback), so it cannot filter on
+/// the current task: the connection map is the filter. A connection's first
+/// request has no entry yet and starts at its read.
+/// sk_data_ready(const struct sock *sk)
+#[btf_tracepoint(function = "sk_data_ready")]
+pub fn sk_data_ready(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    // SAFETY: the helper checks the address; slot 0 of the context.
+    let Ok(sk) = (unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }) else {
+        return 0;
+    };
+    if let Some(c) = CONNS.get_ptr_mut(&sk) {
+        // SAFETY: map value; a race with the target's read loses at most
+        // this arrival (the request then starts at its read).
+        unsafe {
+            let ts = now();
+            if (*c).arrived_ns == 0 {
+                (*c).arrived_ns = ts;
+            }
+            (*c).last_arrived_ns = ts;
+        }
+    }
+    0
+}
+
 /// A read that returned data starts a request on its connection (unless
 /// one is pending); a write that sent data ends the pending one.
 #[inline(always)]
@@ -127,11 +158,26 @@ fn transfer(pid_tgid: u64, key: u64, fd: u32, reading: bool, bytes: u64) {
         match conn {
             // SAFETY: map value.
             Some(c) => unsafe {
+                // Everything that arrived until now is consumed by this
+                // read (or a later one of the same request).
+                let arrived = (*c).arrived_ns;
+                let last = (*c).last_arrived_ns;
+                (*c).arrived_ns = 0;
+                let seen = arrived != 0 && last <= ts;
                 if (*c).responded == 0 {
                     (*c).reads += 1;
                     (*c).bytes_in += bytes;
+                    if seen {
+                        (*c).last_start_ns = last;
+                    }
                 } else {
                     (*c).start_ns = ts;
+                    (*c).last_start_ns = ts;
+                    if seen {
+                        (*c).start_ns = arrived;
+                        (*c).last_start_ns = last;
+                        total_add(Total::RequestsFromArrival);
+                    }
                     (*c).reads = 1;
                     (*c).responded = 0;
                     (*c).bytes_in = bytes;
@@ -140,6 +186,9 @@ fn transfer(pid_tgid: u64, key: u64, fd: u32, reading: bool, bytes: u64) {
             None => {
                 let fresh = ConnState {
                     start_ns: ts,
+                    last_start_ns: ts,
+                    arrived_ns: 0,
+                    last_arrived_ns: 0,
                     reads: 1,
                     responded: 0,
                     bytes_in: bytes,
@@ -162,6 +211,7 @@ fn transfer(pid_tgid: u64, key: u64, fd: u32, reading: bool, bytes: u64) {
                 bytes_out: bytes.min(u64::from(u32::MAX)) as u32,
                 start_ns: (*c).start_ns,
                 end_ns: ts,
+                last_start_ns: (*c).last_start_ns,
             });
         },
         _ => total_add(Total::UnpairedWrites),
@@ -242,6 +292,7 @@ pub fn call_return(_ctx: RetProbeContext) -> u32 {
             bytes_out: 0,
             start_ns: start,
             end_ns: now(),
+            last_start_ns: start,
         });
     }
     0

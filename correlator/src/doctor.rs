@@ -149,7 +149,12 @@ fn passive_trial() -> Result<String, String> {
     let sampled = probes.set_stats(true);
     probes.set_stats(false);
     Ok(format!(
-        "socket tracepoints (sock_recv_length, sock_send_length) and the saved-register syscall context attach; BPF statistics can be sampled: {}",
+        "socket tracepoints (sock_recv_length, sock_send_length) and the saved-register syscall context attach; requests timed from their arrival in the socket: {}; BPF statistics can be sampled: {}",
+        if probes.arrival_timed() {
+            "yes (sk_data_ready)"
+        } else {
+            "no (needs the sk_data_ready tracepoint, Linux 6.10+: latency starts at the server's read)"
+        },
         if sampled {
             "yes"
         } else {

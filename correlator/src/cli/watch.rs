@@ -33,6 +33,7 @@ pub fn run(a: &WatchArgs) -> Result<ExitCode> {
         slo: a.slo,
         percentile: a.percentile,
         check_every: a.check_every,
+        idle_priority: a.scheduling == crate::cli::args::Scheduling::Idle,
         out: a.out.clone(),
         max_reports_per_hour: a.max_reports_per_hour,
         max_disk: a.max_disk,

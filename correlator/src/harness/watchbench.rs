@@ -86,6 +86,7 @@ pub fn run(a: &WatchBenchArgs) -> Result<()> {
                 bytes_out: 64,
                 start_ns: start,
                 end_ns: start + len,
+                last_start_ns: start,
             };
             if let Some(ns) = rec.push_request(&r) {
                 slo.record(ns);

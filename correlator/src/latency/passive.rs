@@ -73,9 +73,20 @@ pub struct PassiveStats {
     pub estimated_requests: u64,
     /// Requests whose read carried at least twice the most common size.
     pub batched: u64,
+    /// `--syscalls`: requests timed from the arrival of their bytes in the
+    /// socket (`sk_data_ready`); the others from their first read.
+    #[serde(default)]
+    pub from_arrival: u64,
 }
 
 impl PassiveStats {
+    /// Whether most requests were timed from their arrival in the socket
+    /// (the kernel has `sk_data_ready`; a connection's first request and
+    /// the sys_exit pairing of older kernels start at the read).
+    pub fn timed_from_arrival(&self) -> bool {
+        self.requests > 0 && 2 * self.from_arrival >= self.requests
+    }
+
     /// Share of writes that ended a request.
     fn paired_share(&self) -> f64 {
         let writes = self.requests + self.unpaired_writes;
@@ -108,8 +119,13 @@ impl PassiveStats {
             ));
         }
         if self.estimated_requests as f64 > 1.01 * self.requests as f64 {
+            let wait = if self.timed_from_arrival() {
+                "each is counted from its arrival in the socket (the first and last measured, the ones between spread evenly)"
+            } else {
+                "their wait in the socket is invisible server-side"
+            };
             out.push(format!(
-                "{} reads carried several requests' worth of bytes (pipelined or queued behind a stall) and were answered together: about {} requests in all, and their wait in the socket is invisible server-side",
+                "{} reads carried several requests' worth of bytes (pipelined or queued behind a stall) and were answered together: about {} requests in all, and {wait}",
                 self.batched, self.estimated_requests
             ));
         }
@@ -174,8 +190,8 @@ pub struct Passive {
     sizes: HashMap<u32, u64>,
     /// The most common request size, once learned.
     common: Option<u32>,
-    /// Requests seen before `common` was known: (completion, bytes in).
-    pending: Vec<(u64, u32)>,
+    /// Requests seen before `common` was known.
+    pending: Vec<RequestRecord>,
     /// Estimated requests per latency bucket.
     estimated: Vec<u32>,
     stats: PassiveStats,
@@ -224,40 +240,35 @@ impl Passive {
         if r.reads > 1 {
             self.stats.multi_read += 1;
         }
-        if r.fd != UPROBE_FD {
-            self.estimate(r.end_ns, r.bytes_in);
-        }
         self.end_ns = self.end_ns.max(r.end_ns);
-        let times = RequestTimes {
-            intended_ns: r.start_ns,
-            sent_ns: r.start_ns,
-            done_ns: r.end_ns,
-            connection: if r.fd == UPROBE_FD { r.tid } else { r.fd },
-            phase: 0,
-        };
-        self.recorder.sent(0, r.start_ns, 0, true);
-        self.recorder.answered(times, true, true);
+        if r.fd == UPROBE_FD {
+            self.record(r, 1);
+            return;
+        }
+        match self.common {
+            Some(common) => self.account(r, common),
+            None => {
+                // Held until the common request size is known.
+                *self.sizes.entry(r.bytes_in).or_default() += 1;
+                self.pending.push(*r);
+                if self.pending.len() >= LEARN {
+                    self.learn();
+                }
+            }
+        }
     }
 
     /// Counts a request as k requests when its read carried k × the most
-    /// common request size (learned from the first `LEARN` requests).
-    fn estimate(&mut self, done_ns: u64, bytes_in: u32) {
-        let Some(common) = self.common else {
-            *self.sizes.entry(bytes_in).or_default() += 1;
-            self.pending.push((done_ns, bytes_in));
-            if self.pending.len() >= LEARN {
-                self.learn();
-            }
-            return;
-        };
+    /// common request size, and records k latencies.
+    fn account(&mut self, r: &RequestRecord, common: u32) {
         let common = u64::from(common.max(1));
-        let k = ((u64::from(bytes_in) + common / 2) / common).max(1);
+        let k = ((u64::from(r.bytes_in) + common / 2) / common).max(1);
         self.stats.estimated_requests += k;
         if k >= 2 {
             self.stats.batched += 1;
         }
         let origin = self.recorder.bucket_origin;
-        if let Some(i) = (done_ns >> BUCKET_SHIFT)
+        if let Some(i) = (r.end_ns >> BUCKET_SHIFT)
             .checked_sub(origin)
             .and_then(|i| usize::try_from(i).ok())
             .filter(|&i| i < 1 << 26)
@@ -267,9 +278,41 @@ impl Passive {
             }
             self.estimated[i] = self.estimated[i].saturating_add(k as u32);
         }
+        self.record(r, k);
     }
 
-    /// Fixes the common size and counts the requests held until then.
+    /// Records the `k` requests of one read, answered together at
+    /// `end_ns`. Their bytes arrived from `start_ns` to `last_start_ns`,
+    /// both measured (`sk_data_ready`); the requests in between are placed
+    /// evenly between the two (as an open-loop or steady client sends them),
+    /// so each of the k counts in the percentiles with a latency no larger
+    /// than the first's and no smaller than the last's. A request is one
+    /// latency; counting the whole read once would let the requests queued
+    /// behind a stall (the slow ones) vanish from the tail.
+    fn record(&mut self, r: &RequestRecord, k: u64) {
+        let last = r.last_start_ns.clamp(r.start_ns, r.end_ns);
+        let span = last - r.start_ns;
+        // Bounded: a read carries at most the socket buffer.
+        let k = k.min(1 << 16);
+        for j in 0..k {
+            let start = if k > 1 {
+                r.start_ns + span * j / (k - 1)
+            } else {
+                r.start_ns
+            };
+            let times = RequestTimes {
+                intended_ns: start,
+                sent_ns: start,
+                done_ns: r.end_ns,
+                connection: if r.fd == UPROBE_FD { r.tid } else { r.fd },
+                phase: 0,
+            };
+            self.recorder.sent(0, start, 0, true);
+            self.recorder.answered(times, true, true);
+        }
+    }
+
+    /// Fixes the common size and accounts the requests held until then.
     fn learn(&mut self) {
         let common = self
             .sizes
@@ -277,8 +320,8 @@ impl Passive {
             .max_by_key(|(size, n)| (**n, **size))
             .map_or(1, |(size, _)| *size);
         self.common = Some(common);
-        for (done, bytes) in std::mem::take(&mut self.pending) {
-            self.estimate(done, bytes);
+        for r in std::mem::take(&mut self.pending) {
+            self.account(&r, common);
         }
         self.sizes = HashMap::new();
     }
@@ -297,12 +340,15 @@ impl Passive {
         self.stats.lost = kernel.lost;
         self.stats.unpaired_writes = kernel.unpaired_writes;
         self.stats.calls = kernel.calls;
+        self.stats.from_arrival = kernel.from_arrival.min(self.stats.requests);
         let end = end_ns.max(self.end_ns);
-        let latency = LatencyCapture::from_recorder(
-            self.source.describe(),
-            &self.recorder,
-            &[(self.start_ns, end, None)],
-        );
+        let describe = if self.stats.timed_from_arrival() {
+            format!("{}, from the request's arrival", self.source.describe())
+        } else {
+            self.source.describe()
+        };
+        let latency =
+            LatencyCapture::from_recorder(describe, &self.recorder, &[(self.start_ns, end, None)]);
         ServerLatency {
             warnings: self.stats.warnings(&self.source),
             source: self.source,
@@ -327,6 +373,7 @@ mod tests {
             bytes_out: 0,
             start_ns: start,
             end_ns: end,
+            last_start_ns: start,
         }
     }
 
@@ -363,6 +410,7 @@ mod tests {
             bytes_out: 3,
             start_ns: t,
             end_ns: t + 1_000,
+            last_start_ns: t,
         };
         for i in 0..90 {
             p.push(&read(14, 1_000_000 + i * 10_000));

@@ -3,7 +3,7 @@
 //! table userspace fills before the programs run, and the kernel's
 //! refusals turned into one readable line.
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf,
     maps::{Array, HashMap, MapData},
@@ -16,6 +16,7 @@ use aya::{
 };
 use correlator_common::{THREAD_SLOTS, ThreadState};
 
+use super::btf::Btf;
 use crate::latency::passive::PassiveSource;
 
 /// BTF tracepoints attached (program name = tracepoint name). BTF
@@ -161,6 +162,27 @@ fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, btf: &aya::Btf) -> Result<()> 
     Ok(())
 }
 
+/// The socket layer's tracepoints this kernel has.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SocketHooks {
+    /// `sock_recv_length` and `sock_send_length` (Linux 6.3+): requests
+    /// are paired there, for sockets only and at no cost to other syscalls.
+    pub transfers: bool,
+    /// `sk_data_ready` (Linux 6.10+): requests are timed from their bytes'
+    /// arrival in the socket, so the wait behind a stall is seen.
+    pub arrival: bool,
+}
+
+impl SocketHooks {
+    pub fn of(btf: &Btf) -> Self {
+        Self {
+            transfers: btf.has_tracepoint("sock_recv_length")
+                && btf.has_tracepoint("sock_send_length"),
+            arrival: btf.has_tracepoint("sk_data_ready"),
+        }
+    }
+}
+
 /// Attaches the passive request-latency programs.
 pub(super) fn attach_passive(
     ebpf: &mut Ebpf,
@@ -168,19 +190,29 @@ pub(super) fn attach_passive(
     source: &PassiveSource,
     pid: u32,
     hooks: bool,
+    sockets: SocketHooks,
 ) -> Result<()> {
     match source {
-        // With the syscall hooks, sys_exit (attached for syscall time)
-        // pairs the requests: the flag in CONFIG turns that on.
-        PassiveSource::Syscalls if hooks => {}
-        // Without them, the socket layer's tracepoints (Linux 6.3+).
-        PassiveSource::Syscalls => {
+        // The socket layer's tracepoints pair the requests where the kernel
+        // has them, whatever the syscall time mode.
+        PassiveSource::Syscalls if sockets.transfers => {
             for prog in ["sock_recv_length", "sock_send_length"] {
-                attach_tracepoint(ebpf, prog, btf).with_context(|| {
-                    "--syscalls with --syscall-time sampled needs the sock_recv_length and sock_send_length tracepoints (Linux 6.3 or later)"
-                })?;
+                attach_tracepoint(ebpf, prog, btf)?;
+            }
+            if sockets.arrival {
+                attach_tracepoint(ebpf, "sk_data_ready", btf)?;
+            } else {
+                log::info!(
+                    "no sk_data_ready tracepoint (Linux 6.10+): server-side latency starts at the first read of each request"
+                );
             }
         }
+        // Older kernels: sys_exit (attached for syscall time) pairs the
+        // requests; the flag in CONFIG turns that on.
+        PassiveSource::Syscalls if hooks => {}
+        PassiveSource::Syscalls => bail!(
+            "--syscalls with --syscall-time sampled needs the sock_recv_length and sock_send_length tracepoints (Linux 6.3 or later)"
+        ),
         PassiveSource::Uprobe { binary, symbol, .. } => {
             let scope = UProbeScope::OneProcess(
                 std::num::NonZeroU32::new(pid).context("PID 0 cannot be probed")?,

@@ -15,6 +15,7 @@ pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_TYPEDEF: u32 = 8;
 
 /// One type entry: kind, name, and for structs/unions their members
 /// as (name offset, type id, bit offset).
@@ -118,6 +119,15 @@ impl Btf {
 
     fn get(&self, id: u32) -> Option<&Type> {
         self.types.get((id as usize).checked_sub(1)?)
+    }
+
+    /// Whether the kernel has a BTF tracepoint `name` (its
+    /// `btf_trace_<name>` typedef), i.e. a `tp_btf` program can attach to it.
+    pub fn has_tracepoint(&self, name: &str) -> bool {
+        let typedef = format!("btf_trace_{name}");
+        self.types
+            .iter()
+            .any(|t| t.kind == KIND_TYPEDEF && self.name(t.name_off) == typedef)
     }
 
     /// Byte offset of `member` in `struct name`, looking through anonymous

@@ -8,7 +8,9 @@ mod totals;
 pub mod tracefs;
 
 pub use attach::{PERF_EVENTS, TRACEPOINTS};
-use attach::{ThreadTable, attach_all, attach_passive, bpf_stats_sysctl_on, load_error};
+use attach::{
+    SocketHooks, ThreadTable, attach_all, attach_passive, bpf_stats_sysctl_on, load_error,
+};
 pub use totals::{IRQ_KIND_NAMES, KernelTotals};
 
 use std::{os::fd::OwnedFd, time::Duration};
@@ -160,6 +162,9 @@ pub struct Probes {
     stats_enabled: bool,
     /// Whether this kernel lets the programs read the run queue's steal clock.
     steal_measured: bool,
+    /// Whether `--syscalls` requests are timed from their arrival in the
+    /// socket (`sk_data_ready` attached).
+    arrival_timed: bool,
 }
 
 fn take_map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
@@ -220,10 +225,13 @@ impl Probes {
         if !cfg!(target_arch = "x86_64") {
             bail!("correlator knows the x86-64 syscall numbers only");
         }
+        let sockets = SocketHooks::of(&kernel_btf);
         match &cfg.passive {
-            Some(PassiveSource::Syscalls) => config.passive_syscalls = 1,
+            // Kernels before 6.3 have no socket tracepoints: sys_exit pairs
+            // the requests there (when the syscall hooks are on).
+            Some(PassiveSource::Syscalls) if !sockets.transfers => config.passive_syscalls = 1,
             Some(PassiveSource::Uprobe { every, .. }) => config.uprobe_every = (*every).max(1),
-            None => {}
+            Some(PassiveSource::Syscalls) | None => {}
         }
         // Reference-counted: stays on while we hold the fd and does not
         // fight other tools (unlike flipping the kernel.bpf_stats_enabled sysctl).
@@ -260,7 +268,7 @@ impl Probes {
         let aya_btf = attach::kernel_btf()?;
         attach_all(&mut ebpf, &aya_btf, cfg.sample_period_ns(), context, hooks)?;
         if let Some(source) = &cfg.passive {
-            attach_passive(&mut ebpf, &aya_btf, source, target.pid, hooks)?;
+            attach_passive(&mut ebpf, &aya_btf, source, target.pid, hooks, sockets)?;
         }
         // After attaching, so a thread created meanwhile is seen by
         // task_newtask or by this scan.
@@ -287,12 +295,21 @@ impl Probes {
             _stats: stats,
             stats_enabled,
             steal_measured: config.task_cfs_rq_offset != 0,
+            arrival_timed: matches!(cfg.passive, Some(PassiveSource::Syscalls))
+                && sockets.transfers
+                && sockets.arrival,
         })
     }
 
     /// Actual bucket width: the asked width rounded down to a power of two ns.
     pub fn bucket_ns(&self) -> u64 {
         self.bucket_ns
+    }
+
+    /// Whether `--syscalls` requests are timed from their bytes' arrival in
+    /// the socket rather than from the server's first read of them.
+    pub fn arrival_timed(&self) -> bool {
+        self.arrival_timed
     }
 
     /// Whether hypervisor steal is measured per thread (see `Config`).
@@ -484,6 +501,7 @@ impl Probes {
             lost: sum[Total::RequestsLost as usize],
             unpaired_writes: sum[Total::UnpairedWrites as usize],
             calls: sum[Total::UprobeCalls as usize],
+            from_arrival: sum[Total::RequestsFromArrival as usize],
             ..PassiveStats::default()
         };
         let irq = TOTAL_IRQ_KIND_BASE as usize;

@@ -64,6 +64,10 @@ impl KernelTotals {
             .unpaired_writes
             .saturating_sub(earlier.passive.unpaired_writes);
         d.passive.calls = d.passive.calls.saturating_sub(earlier.passive.calls);
+        d.passive.from_arrival = d
+            .passive
+            .from_arrival
+            .saturating_sub(earlier.passive.from_arrival);
         d.accounts_lost = d.accounts_lost.saturating_sub(earlier.accounts_lost);
         d.syscall_records_lost = d
             .syscall_records_lost

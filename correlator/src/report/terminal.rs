@@ -253,8 +253,8 @@ fn account_line(r: &Report) -> String {
 
 /// What the latency table measured: only open-loop load times requests from
 /// their intended send time; closed-loop load from the actual send, an
-/// imported log as its tool did, and server-side latency from the first
-/// read to the response.
+/// imported log as its tool did, and server-side latency from the
+/// request's arrival in the socket (or its first read) to the response.
 fn latency_title(source: &str) -> String {
     if source.starts_with("open-loop") {
         "LATENCY from the intended send time".into()

@@ -30,7 +30,7 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    analysis::AnalysisOptions,
+    analysis::{AnalysisOptions, causes::SERVER_CAUSES},
     clock,
     probes::{KernelTotals, ProbeConfig, Probes, ProgramCost},
     report::Report,
@@ -52,6 +52,8 @@ pub struct WatchOptions {
     pub slo: Option<Duration>,
     pub percentile: f64,
     pub check_every: Duration,
+    /// Run watch under SCHED_IDLE (see `--scheduling`).
+    pub idle_priority: bool,
     pub out: PathBuf,
     pub max_reports_per_hour: u32,
     pub max_disk: u64,
@@ -80,6 +82,11 @@ pub fn watch(opts: WatchOptions) -> Result<WatchSummary> {
     // Days attached: resident memory must follow the live window, not the
     // peak of the biggest report written so far.
     crate::memory::return_freed_memory();
+    if opts.idle_priority {
+        // Before any thread starts (the metrics server, the runtime's
+        // workers): they inherit the policy.
+        set_idle_priority()?;
+    }
     if opts.probes.passive.is_none() {
         anyhow::bail!("watch needs server-side latency: give --syscalls or --uprobe BINARY:SYMBOL");
     }
@@ -104,6 +111,20 @@ pub fn watch(opts: WatchOptions) -> Result<WatchSummary> {
         eprintln!("correlator watch: metrics on http://{local}/metrics");
     }
     crate::record::block_on(Watcher::new(opts, dir, metrics, target)?.run())?
+}
+
+/// Moves this thread (and the threads it starts) to SCHED_IDLE: a server
+/// thread that wakes preempts watch at once, whatever watch is doing.
+fn set_idle_priority() -> Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        anyhow::bail!(
+            "cannot run watch under SCHED_IDLE ({}); --scheduling normal keeps the normal policy",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 /// Something is attached (or waiting for a successor).
@@ -359,17 +380,32 @@ impl Watcher {
                 .map(|c| (c.cause.name(), c.evidence.as_str())),
             took.elapsed().as_secs_f64() * 1e3
         );
-        if let Some(c) = report.classification.causes.first()
-            && c.cause.is_server()
-        {
-            self.arm(
+        let alpha = trigger::cause_alpha(self.opts.keep, SERVER_CAUSES.len());
+        // Queueing's evidence is its family's trend test (no p here).
+        let strong = |c: &&crate::analysis::causes::Cause| c.p_value.is_none_or(|p| p < alpha);
+        let server = report
+            .classification
+            .causes
+            .iter()
+            .filter(|c| c.cause.is_server());
+        match server.clone().find(strong) {
+            Some(c) => self.arm(
                 now,
                 Trigger::Cause {
                     cause: c.cause.name().to_string(),
                     evidence: c.evidence.clone(),
                     threshold_ns: report.latency.threshold_ns,
                 },
-            );
+            ),
+            None => {
+                if let Some(c) = server.clone().next() {
+                    log::info!(
+                        "check: {} (p = {:.1e}) not strong enough for a report (needs p < {alpha:.1e}, see cause_alpha)",
+                        c.cause.name(),
+                        c.p_value.unwrap_or(1.0)
+                    );
+                }
+            }
         }
         Ok(())
     }

@@ -93,7 +93,9 @@ pub struct ServerSide {
     pub summary: crate::latency::Summary,
     /// Requests the client completed in the analysed windows.
     pub client_requests: u64,
-    /// Server-side requests in the same windows.
+    /// Server-side requests in the same windows, as the latency holds them
+    /// (a read of k requests' bytes is k latencies; `PassiveStats::requests`
+    /// counts the read/write pairs).
     pub server_requests: u64,
     /// `--syscalls`: the same, counting a read of k requests' bytes as k
     /// (requests queued behind a stall or pipelined, answered together).

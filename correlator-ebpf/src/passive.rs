@@ -64,7 +64,7 @@ pub(crate) fn pair_request(ctx: &BtfTracePointContext, pid_tgid: u64) {
     };
     let fd = read_reg(config!(regs_arg0_offset)) as u32;
     let key = (u64::from(tgid) << 32) | u64::from(fd);
-    transfer(pid_tgid, key, fd, reading, ret as u64);
+    transfer(pid_tgid, key, || fd, reading, ret as u64);
 }
 
 /// `MSG_PEEK`: a read that leaves the data queued.
@@ -105,15 +105,17 @@ fn socket_transfer(ctx: &BtfTracePointContext, reading: bool) {
         return;
     }
     // The socket's address keys its connection (kernel addresses never
-    // collide with the (tgid, fd) keys of the syscall hooks); its bits
-    // above the slab's 64-byte alignment number it for userspace.
-    // Read as a number, not the typed pointer the verifier would track (it
-    // allows no arithmetic on pointers).
-    // SAFETY: the helper checks the address; slot 0 of the context.
-    let Ok(sk) = (unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }) else {
-        return;
+    // collide with the (tgid, fd) keys of the syscall hooks): a direct
+    // context load, used only as the key (the verifier tracks it as a
+    // pointer and allows no arithmetic on it).
+    let sk: u64 = arg(ctx, 0);
+    // Its bits above the slab's 64-byte alignment number the connection
+    // for userspace: read as a number, by the helper, only for a record.
+    let label = || {
+        // SAFETY: the helper checks the address; slot 0 of the context.
+        let sk = unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }.unwrap_or(0);
+        SOCKET_CONN | ((sk >> 6) as u32 & 0x3fff_ffff)
     };
-    let label = SOCKET_CONN | ((sk >> 6) as u32 & 0x3fff_ffff);
     transfer(pid_tgid, sk, label, reading, ret as u64);
 }
 
@@ -130,10 +132,9 @@ pub fn sk_data_ready(ctx: BtfTracePointContext) -> i32 {
     if config!(floor_only) != 0 {
         return 0;
     }
-    // SAFETY: the helper checks the address; slot 0 of the context.
-    let Ok(sk) = (unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }) else {
-        return 0;
-    };
+    // A direct context load (no helper call: this runs for every arrival on
+    // the machine), used only as the map key, never as a number.
+    let sk: u64 = arg(&ctx, 0);
     if let Some(c) = CONNS.get_ptr_mut(&sk) {
         // SAFETY: map value; a race with the target's read loses at most
         // this arrival (the request then starts at its read).
@@ -151,7 +152,7 @@ pub fn sk_data_ready(ctx: BtfTracePointContext) -> i32 {
 /// A read that returned data starts a request on its connection (unless
 /// one is pending); a write that sent data ends the pending one.
 #[inline(always)]
-fn transfer(pid_tgid: u64, key: u64, fd: u32, reading: bool, bytes: u64) {
+fn transfer(pid_tgid: u64, key: u64, fd: impl Fn() -> u32, reading: bool, bytes: u64) {
     let ts = now();
     let conn = CONNS.get_ptr_mut(&key);
     if reading {
@@ -205,7 +206,7 @@ fn transfer(pid_tgid: u64, key: u64, fd: u32, reading: bool, bytes: u64) {
             emit_request(RequestRecord {
                 tgid: (pid_tgid >> 32) as u32,
                 tid: pid_tgid as u32,
-                fd,
+                fd: fd(),
                 reads: (*c).reads,
                 bytes_in: (*c).bytes_in.min(u64::from(u32::MAX)) as u32,
                 bytes_out: bytes.min(u64::from(u32::MAX)) as u32,

@@ -171,6 +171,9 @@ pub(super) struct SocketHooks {
     /// `sk_data_ready` (Linux 6.10+): requests are timed from their bytes'
     /// arrival in the socket, so the wait behind a stall is seen.
     pub arrival: bool,
+    /// `inet_sock_set_state` (Linux 4.16+): a TCP connection's state is
+    /// dropped when it begins or ends (socket addresses are reused).
+    pub lifecycle: bool,
 }
 
 impl SocketHooks {
@@ -179,6 +182,7 @@ impl SocketHooks {
             transfers: btf.has_tracepoint("sock_recv_length")
                 && btf.has_tracepoint("sock_send_length"),
             arrival: btf.has_tracepoint("sk_data_ready"),
+            lifecycle: btf.has_tracepoint("inet_sock_set_state"),
         }
     }
 }
@@ -198,6 +202,9 @@ pub(super) fn attach_passive(
         PassiveSource::Syscalls if sockets.transfers => {
             for prog in ["sock_recv_length", "sock_send_length"] {
                 attach_tracepoint(ebpf, prog, btf)?;
+            }
+            if sockets.lifecycle {
+                attach_tracepoint(ebpf, "inet_sock_set_state", btf)?;
             }
             if sockets.arrival {
                 attach_tracepoint(ebpf, "sk_data_ready", btf)?;

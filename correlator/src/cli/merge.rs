@@ -3,7 +3,7 @@
 //! A fleet is compared by merging: each host's watch writes report
 //! directories, and merging their run files gives the fleet's latency
 //! distribution. Client-side latency (from the intended send time, `run`)
-//! and server-side latency (first read to last write, `watch` and
+//! and server-side latency (arrival or first read to last write, `watch` and
 //! `record --syscalls`) time different spans, so one merge takes one kind.
 
 use std::{path::Path, process::ExitCode};
@@ -22,7 +22,8 @@ use crate::{
 enum Kind {
     /// From the intended send time to the response (`correlator run`).
     Client,
-    /// From the request's first read to the response's write (passive).
+    /// From the request's arrival in the socket (or its first read) to the
+    /// response's write (passive).
     Server,
 }
 
@@ -30,7 +31,7 @@ impl Kind {
     fn title(self) -> &'static str {
         match self {
             Kind::Client => "latency from the intended send time",
-            Kind::Server => "server-side latency (first read to response write)",
+            Kind::Server => "server-side latency (arrival or first read to response write)",
         }
     }
 

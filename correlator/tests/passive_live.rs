@@ -179,7 +179,12 @@ live_test! {
             })
         };
         let url = format!("redis://127.0.0.1:{port}");
-        let report = run_with_syscalls(server.0.id(), &url, "passive-socket-wait", &[]);
+        let report = run_with_syscalls(
+            server.0.id(),
+            &url,
+            "passive-socket-wait",
+            &["--from-arrival"],
+        );
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         sleeper.join().expect("sleeper");
         let s = &report["server_side"];

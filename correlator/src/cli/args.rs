@@ -352,6 +352,7 @@ impl ProbeArgs {
             sample_hz: self.sample_hz,
             stacks: self.stacks,
             syscall_time: self.syscall_time.unwrap_or(default_syscall_time),
+            from_arrival: self.passive.from_arrival,
             ..crate::probes::ProbeConfig::default()
         })
     }
@@ -367,6 +368,14 @@ pub struct PassiveArgs {
     /// pipelining); the output says when the pattern does not hold.
     #[arg(long, conflicts_with = "uprobe")]
     pub syscalls: bool,
+    /// With --syscalls: time each request from its bytes' arrival in the
+    /// socket (the sk_data_ready tracepoint, Linux 6.10+) instead of the
+    /// server's first read, so the wait of requests queued behind a stall
+    /// is seen server-side. Opt-in: it also shows the machine's own stalls
+    /// (a late vCPU wakeup, an IRQ burst) that watch's cause trigger does
+    /// not yet tell from the server's on a noisy VM.
+    #[arg(long, requires = "syscalls")]
+    pub from_arrival: bool,
     /// Server-side latency of a function: BINARY:SYMBOL, each call timed
     /// from entry to return on its thread. A uprobe hit costs microseconds
     /// (about 10 µs on a VM): see the overhead section of the docs.
@@ -732,9 +741,9 @@ pub struct WatchArgs {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub slo: Option<Duration>,
     /// The percentile the triggers watch and reports lead with: 99.9 by
-    /// default, a production server's tail. (On kernels before 6.10 the
+    /// default, a production server's tail. (Without --from-arrival the
     /// wait of requests queued in the socket behind a stall is invisible
-    /// server-side, so a stall shows further out in the tail there.)
+    /// server-side, so a stall shows further out in the tail.)
     #[arg(long, default_value_t = 99.9)]
     pub percentile: f64,
     /// How often the kept window is analysed for a server cause.

@@ -209,9 +209,7 @@ pub(super) fn attach_passive(
             if sockets.arrival {
                 attach_tracepoint(ebpf, "sk_data_ready", btf)?;
             } else {
-                log::info!(
-                    "no sk_data_ready tracepoint (Linux 6.10+): server-side latency starts at the first read of each request"
-                );
+                log::info!("server-side latency starts at the first read of each request");
             }
         }
         // Older kernels: sys_exit (attached for syscall time) pairs the

@@ -63,6 +63,9 @@ pub struct ProbeConfig {
     /// second in sixty instead ([`Probes::set_stats`]).
     pub bpf_stats: bool,
     pub syscall_time: SyscallTime,
+    /// `--from-arrival`: `--syscalls` requests timed from their bytes'
+    /// arrival in the socket (`sk_data_ready`), not the first read.
+    pub from_arrival: bool,
 }
 
 impl ProbeConfig {
@@ -88,6 +91,7 @@ impl Default for ProbeConfig {
             stacks: false,
             bpf_stats: true,
             syscall_time: SyscallTime::Exact,
+            from_arrival: false,
         }
     }
 }
@@ -225,7 +229,13 @@ impl Probes {
         if !cfg!(target_arch = "x86_64") {
             bail!("correlator knows the x86-64 syscall numbers only");
         }
-        let sockets = SocketHooks::of(&kernel_btf);
+        let mut sockets = SocketHooks::of(&kernel_btf);
+        if cfg.from_arrival && !(sockets.arrival && sockets.transfers) {
+            bail!(
+                "--from-arrival needs the sk_data_ready and sock_recv_length tracepoints (Linux 6.10 or later)"
+            );
+        }
+        sockets.arrival &= cfg.from_arrival;
         match &cfg.passive {
             // Kernels before 6.3 have no socket tracepoints: sys_exit pairs
             // the requests there (when the syscall hooks are on).

@@ -7,7 +7,9 @@
 
 use std::process::{Command, Stdio};
 
-use crate::util::{BIN, Proc, debian_binary, demo_server, free_port, scratch, wait_listening};
+use crate::util::{
+    BIN, Proc, debian_binary, demo_server, free_port, redis_server, scratch, wait_listening,
+};
 use serde_json::Value;
 
 /// `correlator run --syscalls` against `url`; returns the report JSON.
@@ -93,19 +95,9 @@ fn check_counts_and_p50(report: &Value, name: &str) {
 
 /// Counts redis-server's requests server-side, with `extra` for `run`.
 fn count_redis_requests(test: &str, name: &str, extra: &[&str]) {
-    let Some(redis) = debian_binary("/usr/bin/redis-server", test) else {
+    let Some((server, port)) = redis_server(test, "1", &[]) else {
         return;
     };
-    let port = free_port();
-    let server = Proc(
-        Command::new("taskset")
-            .args(["-c", "1", &redis, "--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis"),
-    );
-    wait_listening(port);
     let url = format!("redis://127.0.0.1:{port}");
     let report = run_with_syscalls(server.0.id(), &url, name, extra);
     check_counts_and_p50(&report, name);
@@ -144,23 +136,13 @@ live_test! {
     /// the old connection's state (that once gave a 1.6 s "request"), so the
     /// server-side maximum stays within twice the client's.
     fn server_side_latency_includes_the_wait_in_the_socket() {
-        let Some(redis) = debian_binary(
-            "/usr/bin/redis-server",
+        let Some((server, port)) = redis_server(
             "server_side_latency_includes_the_wait_in_the_socket",
+            "1",
+            &["--enable-debug-command", "yes"],
         ) else {
             return;
         };
-        let port = free_port();
-        let server = Proc(
-            Command::new("taskset")
-                .args(["-c", "1", &redis, "--port", &port.to_string()])
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--enable-debug-command", "yes"])
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("redis"),
-        );
-        wait_listening(port);
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sleeper = {
             let stop = stop.clone();

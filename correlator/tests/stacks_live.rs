@@ -7,7 +7,7 @@
 use std::{
     io::{Read as _, Write as _},
     path::Path,
-    process::{Command, Stdio},
+    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -17,9 +17,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::util::{
-    Proc, debian_binary, free_port, helper_server, run_report, scratch, wait_listening,
-};
+use crate::util::{helper_server, redis_server, run_report, scratch};
 
 /// Runs the helper in `mode`, loads it with `correlator run --stacks`, and
 /// returns the report and the helper's own timed calls.
@@ -168,23 +166,13 @@ live_test! {
     /// path in the blocking cause's evidence, and say that user stacks were
     /// cut short and why.
     fn redis_without_frame_pointers_names_the_syscall_and_says_why() {
-        let Some(redis) = debian_binary(
-            "/usr/bin/redis-server",
+        let Some((server, port)) = redis_server(
             "redis_without_frame_pointers_names_the_syscall_and_says_why",
+            "0",
+            &["--enable-debug-command", "yes"],
         ) else {
             return;
         };
-        let port = free_port();
-        let server = Proc(
-            Command::new("taskset")
-                .args(["-c", "0", &redis, "--port", &port.to_string()])
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--enable-debug-command", "yes"])
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("redis"),
-        );
-        wait_listening(port);
         let stop = Arc::new(AtomicBool::new(false));
         let sleeper = {
             let stop = Arc::clone(&stop);

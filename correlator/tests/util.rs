@@ -256,3 +256,22 @@ pub fn run_report(
     assert!(status.success());
     serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("report json")
 }
+
+/// Debian's redis-server on `127.0.0.1`, pinned to `cpu`, no persistence,
+/// with `extra` arguments, once it listens; None (the test skipped) when it
+/// is not installed outside CI.
+pub fn redis_server(test: &str, cpu: &str, extra: &[&str]) -> Option<(Proc, u16)> {
+    let redis = debian_binary("/usr/bin/redis-server", test)?;
+    let port = free_port();
+    let server = Proc(
+        Command::new("taskset")
+            .args(["-c", cpu, &redis, "--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis"),
+    );
+    wait_listening(port);
+    Some((server, port))
+}

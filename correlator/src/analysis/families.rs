@@ -307,10 +307,19 @@ fn periodicity(members: &[&Episode]) -> Option<PeriodicityTest> {
 const TREND_BIN_NS: u64 = 1_000_000_000;
 
 /// Without a sweep (a passive recording, an imported log, one fixed rate):
-/// requests completed per second against the family's spike requests per
+/// requests arriving per second against the family's spike requests per
 /// second, by Spearman's rank correlation. A fixed rate has nothing to
 /// correlate with and gives a large p; a client that raises its rate in
 /// steps, or production traffic that rises and falls, does.
+///
+/// Requests are binned by arrival, not completion: a stall holds back the
+/// completions of the requests that arrive during it and releases them
+/// together, so completions per second rise and fall with the stalls
+/// themselves. Binned by completion, a fixed 5,000 req/s with softirq
+/// bursts gave ρ = 0.95, p = 1.4e-4 ("load-correlated") in one demo run
+/// of five. The latency timeline keeps per-bucket sums, not each
+/// request's arrival, so a bucket's completions are placed at its middle
+/// less their mean latency.
 fn rank_trend(members: &[&Episode], latency: &LatencyCapture) -> Option<TrendTest> {
     let shift = latency.bucket_shift;
     let (start, end) = (latency.start_ns(), latency.end_ns());
@@ -325,7 +334,12 @@ fn rank_trend(members: &[&Episode], latency: &LatencyCapture) -> Option<TrendTes
     };
     let mut requests = vec![0.0; bins];
     for (i, b) in latency.buckets.iter().enumerate() {
-        if let Some(k) = bin((latency.bucket_origin + i as u64) << shift) {
+        if b.count == 0 {
+            continue;
+        }
+        let done = ((latency.bucket_origin + i as u64) << shift) + (1 << shift) / 2;
+        let arrived = done.saturating_sub(b.sum_ns / u64::from(b.count));
+        if let Some(k) = bin(arrived) {
             requests[k] += f64::from(b.count);
         }
     }

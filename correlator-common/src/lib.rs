@@ -138,10 +138,15 @@ pub enum Total {
     /// `--syscalls` at the socket tracepoints: requests timed from their
     /// bytes' arrival in the socket (the rest from the first read).
     RequestsFromArrival = NUM_COUNTERS as u32 + 11,
+    /// Samples that found the CPU's sampling timer silent while a target
+    /// thread ran (a host stall or interrupts off), and the silent time
+    /// booked as steal, ns.
+    TimerSilences = NUM_COUNTERS as u32 + 12,
+    TimerSilenceNs = NUM_COUNTERS as u32 + 13,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 12;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 14;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -261,6 +266,9 @@ pub struct SyscallTotal {
     /// Hard-IRQ and softirq time on the CPU inside the calls (not the
     /// call's own work; counted as IRQ time).
     pub irq_ns: u64,
+    /// Time the hypervisor took the CPU inside the calls (not the call's
+    /// own work; counted as steal).
+    pub steal_ns: u64,
 }
 
 /// A syscall of a target thread whose own work on the CPU took at least
@@ -275,10 +283,11 @@ pub struct SyscallRecord {
     pub _pad: u32,
     pub start_ns: u64,
     pub end_ns: u64,
-    /// Time off the CPU inside the call, and IRQ time inside it; the rest
-    /// is the call's own work in the kernel.
+    /// Time off the CPU inside the call, IRQ time and steal inside it; the
+    /// rest is the call's own work in the kernel.
     pub offcpu_ns: u64,
     pub irq_ns: u64,
+    pub steal_ns: u64,
 }
 
 /// Slots of a thread's per-bucket account ([`ThreadBucket::ns`]): where one
@@ -506,9 +515,24 @@ pub struct ThreadState {
     pub off_ustack: i32,
     pub _pad2: u32,
     pub sys_enter_ts: u64,
-    /// Time off the CPU, and in IRQs on it, since `sys_enter_ts`.
+    /// Time off the CPU, in IRQs on it, and stolen, since `sys_enter_ts`.
     pub sys_offcpu_ns: u64,
     pub sys_irq_ns: u64,
+    pub sys_steal_ns: u64,
+    /// Since the thread's last on-CPU sample, or its switch-in when another
+    /// task was sampled on that CPU meanwhile or it changed CPUs
+    /// (`window_start_ts`): hard-IRQ time while it ran, steal-clock steal,
+    /// and time off the CPU. What the gap to its next sample holds beyond
+    /// these is timer silence.
+    pub window_start_ts: u64,
+    pub window_hardirq_ns: u64,
+    pub window_steal_ns: u64,
+    pub window_away_ns: u64,
+    /// Timer silence booked as steal that the steal clock may still
+    /// report (the run queue's copy of it moves at ticks, after the
+    /// sample), and when it was booked.
+    pub silence_credit_ns: u64,
+    pub silence_credit_ts: u64,
     /// On the CPU since this time (switch-in, or the last sample).
     pub run_ts: u64,
     /// Run queue the thread runs on (kernel address) and its cumulative
@@ -531,6 +555,8 @@ pub struct CpuState {
     pub target_tid: u32,
     /// Target thread preempted on this CPU and still waiting, 0 if none.
     pub waiting_tid: u32,
+    /// The last on-CPU sample on this CPU, whichever task it found.
+    pub last_sample_ts: u64,
     /// Last context switch on this CPU while `waiting_tid` waits.
     pub last_switch_ts: u64,
     /// Entry time of the hard IRQ in progress (0 = none or not attributed).

@@ -161,9 +161,14 @@ pub(crate) fn count_one(counter: Counter) {
 
 #[inline(always)]
 pub(crate) fn total_add(t: Total) {
+    total_add_n(t, 1);
+}
+
+#[inline(always)]
+pub(crate) fn total_add_n(t: Total, n: u64) {
     if let Some(cpu) = cpu_state() {
         // SAFETY: per-CPU value.
-        unsafe { (*cpu).totals[t as usize] += 1 };
+        unsafe { (*cpu).totals[t as usize] += n };
     }
 }
 

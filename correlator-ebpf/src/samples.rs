@@ -10,7 +10,7 @@ use aya_ebpf::{
 use correlator_common::{Account, NO_STACK, SampleRecord, Total};
 
 use crate::{
-    account::{acct_add, ran_until, rq_steal},
+    account::{acct_add, clock_steal_add, ran_until, rq_steal, silence_add, timer_silence},
     helpers::{USER_STACK, cpu_state, now, saved_syscall, stack_id, total_add},
     maps::SAMPLES,
     threads::thread,
@@ -25,19 +25,35 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     if config!(floor_only) != 0 {
         return 0;
     }
+    let Some(cpu) = cpu_state() else { return 0 };
+    let ts = now();
+    // SAFETY: per-CPU value; samples of one CPU do not nest.
+    let cpu_last = unsafe { core::mem::replace(&mut (*cpu).last_sample_ts, ts) };
     let Some(st) = thread(bpf_get_current_pid_tgid() as u32) else {
         return 0;
     };
     // SAFETY: map value; see the module docs for concurrency.
     let st = unsafe { &mut *st };
-    let ts = now();
     total_add(Total::Samples);
     ran_until(st, ts);
     if st.rq != 0 {
         let steal = rq_steal(st.rq);
-        acct_add(st, ts, Account::Steal, steal.saturating_sub(st.steal_mark));
+        let stolen = steal.saturating_sub(st.steal_mark);
         st.steal_mark = steal;
+        clock_steal_add(st, ts, stolen);
     }
+    // Only a window with no sample of another task in it is this
+    // thread's to explain.
+    if st.window_start_ts != 0 && cpu_last <= st.window_start_ts {
+        let silent = timer_silence(ts.saturating_sub(st.window_start_ts), st);
+        if silent != 0 {
+            silence_add(st, ts, silent);
+        }
+    }
+    st.window_start_ts = ts;
+    st.window_steal_ns = 0;
+    st.window_hardirq_ns = 0;
+    st.window_away_ns = 0;
     // SAFETY: the context of a perf-event program is bpf_perf_event_data,
     // whose first member is the interrupted context's registers.
     let cs = unsafe {
@@ -47,10 +63,8 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
         .regs
         .cs
     };
-    let in_softirq = cpu_state().is_some_and(|c| {
-        // SAFETY: per-CPU value.
-        unsafe { (*c).softirq_start != 0 }
-    });
+    // SAFETY: per-CPU value.
+    let in_softirq = unsafe { (*cpu).softirq_start != 0 };
     // The sample runs in the timer's hard IRQ: the interrupted context was
     // never a hard IRQ, but may be a softirq.
     // Without the syscall hooks, the syscall the thread is in (if any) is

@@ -10,7 +10,10 @@ use correlator_common::{
 };
 
 use crate::{
-    account::{acct_add, acct_add_at, ran_until, rq_steal, task_rq},
+    account::{
+        acct_add, acct_add_at, clock_steal_add, ran_until, rq_steal, silence_add, task_rq,
+        timer_silence,
+    },
     helpers::{
         Sink, USER_STACK, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now,
         saved_syscall, stack_id, task_cpu, task_pid, task_tgid,
@@ -96,6 +99,15 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         st.run_ts = ts;
         st.rq = task_rq(next_task);
         st.steal_mark = if st.rq != 0 { rq_steal(st.rq) } else { 0 };
+        // Another task was sampled here since the thread's window began, or
+        // the thread changed CPUs: its window starts now.
+        // SAFETY: per-CPU value.
+        if st.cpu_out != cpu_id() || unsafe { (*cpu).last_sample_ts } > st.window_start_ts {
+            st.window_start_ts = ts;
+            st.window_steal_ns = 0;
+            st.window_hardirq_ns = 0;
+            st.window_away_ns = 0;
+        }
     }
     0
 }
@@ -205,7 +217,19 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     ran_until(state, ts);
     if state.rq != 0 {
         let stolen = rq_steal(state.rq).saturating_sub(state.steal_mark);
-        acct_add(state, ts, Account::Steal, stolen);
+        clock_steal_add(state, ts, stolen);
+    }
+    // Silenced since its last sample and switched out before the timer
+    // came back (often: a task whose timer expired in the stall takes the
+    // CPU at once): the window ends here.
+    // SAFETY: per-CPU value.
+    if state.window_start_ts != 0 && unsafe { (*cpu).last_sample_ts } <= state.window_start_ts {
+        let silent = timer_silence(ts.saturating_sub(state.window_start_ts), state);
+        if silent != 0 {
+            silence_add(state, ts, silent);
+            // The next window starts with the next sample.
+            state.window_start_ts = 0;
+        }
     }
     state.run_ts = 0;
     if config!(syscall_hooks) == 0 {
@@ -245,6 +269,7 @@ pub(crate) fn switch_in(sink: &Sink, st: &mut ThreadState, ts: u64) {
         return;
     }
     let total = ts - st.off_ts;
+    st.window_away_ns += total;
     let (runnable, blocked) = if st.off_kind == OffCpuKind::Preempted as u32 {
         (total, 0)
     } else if st.wakeup_ts >= st.off_ts && st.wakeup_ts <= ts {

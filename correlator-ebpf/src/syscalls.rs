@@ -33,6 +33,7 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
         (*st).sys_enter_ts = now();
         (*st).sys_offcpu_ns = 0;
         (*st).sys_irq_ns = 0;
+        (*st).sys_steal_ns = 0;
     }
     0
 }
@@ -51,7 +52,8 @@ pub(crate) fn syscall_done(st: &mut ThreadState) {
     let total = ts.saturating_sub(st.sys_enter_ts);
     let off = st.sys_offcpu_ns.min(total);
     let irq = st.sys_irq_ns.min(total - off);
-    let on = total - off - irq;
+    let steal = st.sys_steal_ns.min(total - off - irq);
+    let on = total - off - irq - steal;
     let index = (syscall - 1) & (SYSCALL_SLOTS - 1);
     if let Some(t) = SYSCALL_TOTALS.get_ptr_mut(index) {
         // SAFETY: per-CPU map value.
@@ -60,6 +62,7 @@ pub(crate) fn syscall_done(st: &mut ThreadState) {
             (*t).total_ns += total;
             (*t).offcpu_ns += off;
             (*t).irq_ns += irq;
+            (*t).steal_ns += steal;
         }
     }
     // Only the call's own work needs a timestamped record: its time off
@@ -77,6 +80,7 @@ pub(crate) fn syscall_done(st: &mut ThreadState) {
                     end_ns: ts,
                     offcpu_ns: off,
                     irq_ns: irq,
+                    steal_ns: steal,
                 });
                 entry.submit(BPF_RB_NO_WAKEUP as u64);
             }

@@ -65,6 +65,15 @@ pub struct Durations {
     pub hardirq_wait_ns: u64,
     #[serde(default)]
     pub softirq_wait_ns: u64,
+    /// Samples that found the CPU's sampling timer silent while a target
+    /// thread ran, and the silent time beyond the steal clock and hard
+    /// IRQs: the host held the vCPU without accounting steal, or the guest
+    /// ran with interrupts off. Part of the threads' steal. Absent in older
+    /// run files.
+    #[serde(default)]
+    pub timer_silences: u64,
+    #[serde(default)]
+    pub timer_silence_ns: u64,
 }
 
 /// Where losses came from; `EventTotals::lost` is their sum.
@@ -125,7 +134,11 @@ pub struct SyscallTotals {
     /// In hard IRQs and softirqs on the CPU inside the calls.
     #[serde(default)]
     pub irq_ns: u64,
-    /// The calls' own work in the kernel: `total_ns - offcpu_ns - irq_ns`.
+    /// Taken by the hypervisor inside the calls (steal clock and timer
+    /// silence; see `Durations::timer_silence_ns`).
+    #[serde(default)]
+    pub steal_ns: u64,
+    /// The calls' own work in the kernel: `total_ns - offcpu_ns - irq_ns - steal_ns`.
     pub on_cpu_ns: u64,
 }
 
@@ -368,7 +381,10 @@ impl RunFile {
                         total_ns: t.total_ns,
                         offcpu_ns: t.offcpu_ns,
                         irq_ns: t.irq_ns,
-                        on_cpu_ns: t.total_ns.saturating_sub(t.offcpu_ns + t.irq_ns),
+                        steal_ns: t.steal_ns,
+                        on_cpu_ns: t
+                            .total_ns
+                            .saturating_sub(t.offcpu_ns + t.irq_ns + t.steal_ns),
                     },
                 )
             })
@@ -391,6 +407,8 @@ impl RunFile {
             blocked_ns: at(Counter::BlockedNs),
             hardirq_wait_ns: at(Counter::HardIrqWaitNs),
             softirq_wait_ns: at(Counter::SoftIrqWaitNs),
+            timer_silences: c.kernel.timer_silences,
+            timer_silence_ns: c.kernel.timer_silence_ns,
         };
         let named = |v: Vec<(&str, u64)>| v.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
         let mut notes = c.notes;

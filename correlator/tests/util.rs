@@ -81,15 +81,22 @@ impl Workload {
 
     /// As `finish`, plus the wall time of the work in ns.
     pub fn finish_timed(self) -> (Usage, Usage, u64) {
-        let out = self.child.wait_with_output().expect("workload output");
-        assert!(out.status.success(), "workload failed: {:?}", out.status);
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("workload json");
+        let v = self.finish_json();
         let get = |k: &str| serde_json::from_value(v[k].clone()).expect("usage");
         (
             get("before"),
             get("after"),
             v["work_ns"].as_u64().expect("work_ns"),
         )
+    }
+}
+
+impl Workload {
+    /// Waits for exit; returns the whole report it printed.
+    pub fn finish_json(self) -> serde_json::Value {
+        let out = self.child.wait_with_output().expect("workload output");
+        assert!(out.status.success(), "workload failed: {:?}", out.status);
+        serde_json::from_slice(&out.stdout).expect("workload json")
     }
 }
 

@@ -320,6 +320,7 @@ fn kernel_time_in_one_syscall_names_it() {
             end_ns: at + 19 * MS,
             offcpu_ns: 0,
             irq_ns: 0,
+            steal_ns: 0,
         });
     }
     s.ordinary_sleeps(SERVER);

@@ -113,6 +113,53 @@ struct Report {
     /// Known syscall work, each phase timed by the helper.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     phases: Vec<crate::harness::known_syscalls::Phase>,
+    /// `--spin-ms` (in this process): where the spin did not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spin: Option<SpinGaps>,
+}
+
+/// The spin's own view of the time it lost: consecutive clock reads of
+/// the loop normally lie tens of ns apart, so a larger step is time the
+/// loop did not run (an interrupt, a preemption, the hypervisor holding
+/// the vCPU). Ground truth for the probes' account of the spinning thread.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SpinGaps {
+    /// Steps of at least [`SpinGaps::MIN_GAP_NS`], and their summed length.
+    pub gaps: u64,
+    pub gap_ns: u64,
+    /// Steps of at least [`SpinGaps::LONG_GAP_NS`], and their summed length.
+    pub long_gaps: u64,
+    pub long_gap_ns: u64,
+    /// The longest step.
+    pub max_gap_ns: u64,
+    /// The long steps as (start, end), CLOCK_MONOTONIC ns (the probes'
+    /// clock), the first [`SpinGaps::MAX_LISTED`].
+    pub long: Vec<(u64, u64)>,
+}
+
+impl SpinGaps {
+    /// Above the loop's own step (a clock read, ~30-60 ns here) and below
+    /// a timer interrupt (a few µs).
+    pub const MIN_GAP_NS: u64 = 1_000;
+    pub const LONG_GAP_NS: u64 = 200_000;
+    pub const MAX_LISTED: usize = 10_000;
+
+    fn add(&mut self, from: u64, to: u64) {
+        let step = to.saturating_sub(from);
+        if step < Self::MIN_GAP_NS {
+            return;
+        }
+        self.gaps += 1;
+        self.gap_ns += step;
+        if step >= Self::LONG_GAP_NS {
+            self.long_gaps += 1;
+            self.long_gap_ns += step;
+            if self.long.len() < Self::MAX_LISTED {
+                self.long.push((from, to));
+            }
+        }
+        self.max_gap_ns = self.max_gap_ns.max(step);
+    }
 }
 
 #[derive(Clone, Copy, Serialize)]
@@ -173,6 +220,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
     let before = usage();
     let started = Instant::now();
     let calls = (args.calls > 0).then(|| timed_calls(args.calls, args.call_us));
+    let mut spin = None;
     // The major-fault file is removed before the last sample: unlinking can
     // sleep on the filesystem, and that switch belongs inside the window
     // both getrusage and the recorder see.
@@ -194,7 +242,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
         drop(major);
     } else if args.in_new_thread {
         let args = args.clone();
-        std::thread::spawn(move || {
+        spin = std::thread::spawn(move || {
             let r = work(&args, major.as_ref(), page);
             drop(major);
             r
@@ -204,7 +252,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
     } else {
         let r = work(args, major.as_ref(), page);
         drop(major);
-        r?;
+        spin = r?;
     }
     let phases = args.syscalls.run(cold.as_ref())?;
     drop(cold);
@@ -219,6 +267,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             work_ns,
             calls,
             phases,
+            spin,
         },
     )?;
     writeln!(out)?;
@@ -244,7 +293,7 @@ fn prepare_major_file(args: &WorkloadArgs, page: usize) -> Result<MajorFile> {
     Ok(MajorFile { file, path, len })
 }
 
-fn work(args: &WorkloadArgs, major: Option<&MajorFile>, page: usize) -> Result<()> {
+fn work(args: &WorkloadArgs, major: Option<&MajorFile>, page: usize) -> Result<Option<SpinGaps>> {
     if args.minor_faults > 0 {
         touch_anonymous(args.minor_faults, page)?;
     }
@@ -259,13 +308,17 @@ fn work(args: &WorkloadArgs, major: Option<&MajorFile>, page: usize) -> Result<(
     }
     if args.spin_ms > 0 {
         pin(args.spin_cpu)?;
-        let end = Instant::now() + Duration::from_millis(args.spin_ms);
-        let mut x = 0u64;
-        while Instant::now() < end {
-            x = std::hint::black_box(x.wrapping_add(1));
+        let end = crate::clock::monotonic_ns() + args.spin_ms * 1_000_000;
+        let mut gaps = SpinGaps::default();
+        let mut last = crate::clock::monotonic_ns();
+        while last < end {
+            let now = crate::clock::monotonic_ns();
+            gaps.add(last, now);
+            last = now;
         }
+        return Ok(Some(gaps));
     }
-    Ok(())
+    Ok(None)
 }
 
 fn touch_anonymous(pages: usize, page: usize) -> Result<()> {

@@ -525,6 +525,8 @@ impl Probes {
         totals.stack_collisions = sum[Total::StackCollisions as usize];
         totals.stack_errors = sum[Total::StackErrors as usize];
         totals.sample_records_lost = sum[Total::SampleRecordsLost as usize];
+        totals.timer_silences = sum[Total::TimerSilences as usize];
+        totals.timer_silence_ns = sum[Total::TimerSilenceNs as usize];
         for nr in 0..SYSCALL_SLOTS {
             let per_cpu = self
                 .syscall_totals
@@ -536,6 +538,7 @@ impl Probes {
                 t.total_ns += c.total_ns;
                 t.offcpu_ns += c.offcpu_ns;
                 t.irq_ns += c.irq_ns;
+                t.steal_ns += c.steal_ns;
             }
             if t.calls > 0 {
                 totals.syscalls.push((nr, t));

@@ -37,6 +37,10 @@ pub struct KernelTotals {
     pub stack_collisions: u64,
     pub stack_errors: u64,
     pub sample_records_lost: u64,
+    /// Samples that found the sampling timer silent while a target thread
+    /// ran, and the silent time (booked as the thread's steal), ns.
+    pub timer_silences: u64,
+    pub timer_silence_ns: u64,
     /// Per syscall number: calls, total and off-CPU time.
     pub syscalls: Vec<(u32, SyscallTotal)>,
 }
@@ -78,12 +82,15 @@ impl KernelTotals {
         d.sample_records_lost = d
             .sample_records_lost
             .saturating_sub(earlier.sample_records_lost);
+        d.timer_silences = d.timer_silences.saturating_sub(earlier.timer_silences);
+        d.timer_silence_ns = d.timer_silence_ns.saturating_sub(earlier.timer_silence_ns);
         for (nr, t) in &mut d.syscalls {
             if let Some((_, e)) = earlier.syscalls.iter().find(|(n, _)| n == nr) {
                 t.calls = t.calls.saturating_sub(e.calls);
                 t.total_ns = t.total_ns.saturating_sub(e.total_ns);
                 t.offcpu_ns = t.offcpu_ns.saturating_sub(e.offcpu_ns);
                 t.irq_ns = t.irq_ns.saturating_sub(e.irq_ns);
+                t.steal_ns = t.steal_ns.saturating_sub(e.steal_ns);
             }
         }
         d.syscalls.retain(|(_, t)| t.calls > 0);

@@ -186,6 +186,9 @@ pub struct SyscallSpan {
     pub offcpu_ns: u64,
     #[serde(default)]
     pub irq_ns: u64,
+    /// Taken by the hypervisor inside the call. Absent in older run files.
+    #[serde(default)]
+    pub steal_ns: u64,
 }
 
 impl SyscallSpan {
@@ -193,6 +196,7 @@ impl SyscallSpan {
         (self.end_ns.saturating_sub(self.start_ns))
             .saturating_sub(self.offcpu_ns)
             .saturating_sub(self.irq_ns)
+            .saturating_sub(self.steal_ns)
     }
 }
 
@@ -205,6 +209,7 @@ impl From<&SyscallRecord> for SyscallSpan {
             end_ns: r.end_ns,
             offcpu_ns: r.offcpu_ns,
             irq_ns: r.irq_ns,
+            steal_ns: r.steal_ns,
         }
     }
 }

@@ -129,6 +129,10 @@ pub struct Family {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub impact: Option<Impact>,
     pub evidence: String,
+    /// How many of the requests at or above the percentile it surely holds
+    /// (see `surely_held`; 0 without a tail to hold). Ranks the families.
+    #[serde(skip)]
+    pub held: f64,
 }
 
 /// The family key of one episode: its dominant category (unmeasured time
@@ -221,20 +225,33 @@ pub fn families(
                 trend,
                 impact,
                 evidence: String::new(),
+                held: 0.0,
             };
             family.evidence = evidence(&family, alpha);
             family
         })
         .collect();
     let above = tail.as_ref().map_or(0, |t| t.above);
+    for f in &mut out {
+        f.held = surely_held(f.impact.as_ref().map_or(0.0, |i| i.share_above), above);
+    }
     out.sort_by(|a, b| {
-        let held =
-            |f: &Family| surely_held(f.impact.as_ref().map_or(0.0, |i| i.share_above), above);
-        held(b)
-            .total_cmp(&held(a))
+        b.held
+            .total_cmp(&a.held)
             .then(b.spike_requests.cmp(&a.spike_requests))
     });
     out
+}
+
+/// The environment's family holds the tail and no server family surely
+/// holds any of it: whatever the server's episodes show against the
+/// baseline, they are not why the percentile is where it is.
+pub fn environment_holds_tail(families: &[Family]) -> Option<&Family> {
+    let top = families.first().filter(|f| f.environment && f.held > 0.0)?;
+    families
+        .iter()
+        .all(|f| f.environment || f.held == 0.0)
+        .then_some(top)
 }
 
 /// How many of the `above` requests at or above the percentile a family

@@ -430,6 +430,27 @@ fn classify(
         };
     }
     let ranking = causes::rank(episodes, baseline, families, sig.signature);
+    if let Some(env) = families::environment_holds_tail(families) {
+        // fresh41's clean baseline: host stalls held every request above
+        // p99 (30 ms), while 2 ms epoll_wait and IRQ episodes, none of them
+        // above p99, were claimed as syscall and hardirq causes. The
+        // environment's causes (idle, steal) stay listed.
+        return Classification {
+            signature: Signature::None,
+            period_ms: None,
+            jitter_ms: None,
+            evidence: format!(
+                "the tail is the environment's (idle, steal or unmeasured time), no server family holds a part of it a sign test can tell from none: {}",
+                env.evidence
+            ),
+            causes: ranking
+                .causes
+                .into_iter()
+                .filter(|c| !c.cause.is_server())
+                .collect(),
+            not_significant: ranking.not_significant,
+        };
+    }
     Classification {
         signature: sig.signature,
         period_ms: sig.period_ms,

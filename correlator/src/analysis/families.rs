@@ -133,6 +133,13 @@ pub struct Family {
     /// (see `surely_held`; 0 without a tail to hold). Ranks the families.
     #[serde(skip)]
     pub held: f64,
+    /// When the environment's family leads: whether this family surely
+    /// holds most of the requests at or above the percentile the run would
+    /// have *without* the environment's family (its noise can set the
+    /// percentile just above a real stall that is the next thing in the
+    /// tail).
+    #[serde(skip)]
+    pub leads_under_environment: bool,
 }
 
 /// The family key of one episode: its dominant category (unmeasured time
@@ -226,6 +233,7 @@ pub fn families(
                 impact,
                 evidence: String::new(),
                 held: 0.0,
+                leads_under_environment: false,
             };
             family.evidence = evidence(&family, alpha);
             family
@@ -240,17 +248,31 @@ pub fn families(
             .total_cmp(&a.held)
             .then(b.spike_requests.cmp(&a.spike_requests))
     });
+    let below_environment = out
+        .first()
+        .filter(|f| f.environment)
+        .and_then(|f| f.impact.as_ref())
+        .map(|i| i.without_ns);
+    if let (Some(t), Some(value)) = (tail.as_ref(), below_environment) {
+        // Requests at or above the percentile, whichever its value.
+        let tail_size = (1.0 - t.percentile / 100.0) * t.merged.count() as f64;
+        for f in out.iter_mut().filter(|f| !f.environment) {
+            let held = surely_held(1.0, t.spikes_at_least(&f.episodes, value));
+            f.leads_under_environment = held > 0.0 && held >= tail_size / 2.0;
+        }
+    }
     out
 }
 
 /// The environment's family holds the tail and no server family surely
-/// holds any of it: whatever the server's episodes show against the
-/// baseline, they are not why the percentile is where it is.
+/// holds any of it, nor of the tail the environment would leave (the
+/// percentile without it): whatever the server's episodes show against
+/// the baseline, they are not why the percentile is where it is.
 pub fn environment_holds_tail(families: &[Family]) -> Option<&Family> {
     let top = families.first().filter(|f| f.environment && f.held > 0.0)?;
     families
         .iter()
-        .all(|f| f.environment || f.held == 0.0)
+        .all(|f| f.environment || (f.held == 0.0 && !f.leads_under_environment))
         .then_some(top)
 }
 
@@ -506,6 +528,14 @@ impl<'a> Tail<'a> {
     /// The impact of the family made of episodes `idx`: its spike requests
     /// counted at the median instead, and its share of the requests at or
     /// above the percentile.
+    /// Spike requests of episodes `idx` at or above `value_ns`.
+    fn spikes_at_least(&self, idx: &[usize], value_ns: u64) -> u64 {
+        idx.iter()
+            .filter_map(|&i| self.spikes.get(i))
+            .map(|s| s.iter().filter(|&&ns| ns >= value_ns).count() as u64)
+            .sum()
+    }
+
     fn impact(&self, idx: &[usize]) -> Impact {
         let mut removed = Distribution::new();
         let mut above_here = 0;

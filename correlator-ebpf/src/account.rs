@@ -160,6 +160,15 @@ pub(crate) fn clock_steal_add(st: &mut ThreadState, ts: u64, stolen: u64) {
     steal_add(st, ts, stolen - credited);
 }
 
+/// Starts the thread's timer-silence window at `ts` (see [`timer_silence`]).
+#[inline(always)]
+pub(crate) fn window_restart(st: &mut ThreadState, ts: u64) {
+    st.window_start_ts = ts;
+    st.window_steal_ns = 0;
+    st.window_hardirq_ns = 0;
+    st.window_away_ns = 0;
+}
+
 /// Books timer silence as steal (counted in the totals), creditable
 /// against the steal clock.
 #[inline(always)]

@@ -10,7 +10,9 @@ use aya_ebpf::{
 use correlator_common::{Account, NO_STACK, SampleRecord, Total};
 
 use crate::{
-    account::{acct_add, clock_steal_add, ran_until, rq_steal, silence_add, timer_silence},
+    account::{
+        acct_add, clock_steal_add, ran_until, rq_steal, silence_add, timer_silence, window_restart,
+    },
     helpers::{USER_STACK, cpu_state, now, saved_syscall, stack_id, total_add},
     maps::SAMPLES,
     threads::thread,
@@ -50,10 +52,7 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
             silence_add(st, ts, silent);
         }
     }
-    st.window_start_ts = ts;
-    st.window_steal_ns = 0;
-    st.window_hardirq_ns = 0;
-    st.window_away_ns = 0;
+    window_restart(st, ts);
     // SAFETY: the context of a perf-event program is bpf_perf_event_data,
     // whose first member is the interrupted context's registers.
     let cs = unsafe {

@@ -12,7 +12,7 @@ use correlator_common::{
 use crate::{
     account::{
         acct_add, acct_add_at, clock_steal_add, ran_until, rq_steal, silence_add, task_rq,
-        timer_silence,
+        timer_silence, window_restart,
     },
     helpers::{
         Sink, USER_STACK, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now,
@@ -103,10 +103,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         // the thread changed CPUs: its window starts now.
         // SAFETY: per-CPU value.
         if st.cpu_out != cpu_id() || unsafe { (*cpu).last_sample_ts } > st.window_start_ts {
-            st.window_start_ts = ts;
-            st.window_steal_ns = 0;
-            st.window_hardirq_ns = 0;
-            st.window_away_ns = 0;
+            window_restart(st, ts);
         }
     }
     0

@@ -98,10 +98,14 @@ enum Variant {
     /// syscall hooks, the syscall read from saved registers at switch-out
     /// and at each sample.
     CorrelatorSampled,
+    /// `Floor` on the attach points of `--syscall-time sampled` (watch's
+    /// default, no syscall hooks): the least any probe set that books each
+    /// switch of the target can cost on this kernel.
+    FloorSampled,
 }
 
 impl Variant {
-    const ALL: [Variant; 8] = [
+    const ALL: [Variant; 9] = [
         Variant::Bare,
         Variant::Correlator,
         Variant::CorrelatorSampled,
@@ -109,6 +113,7 @@ impl Variant {
         Variant::CorrelatorWithoutContext,
         Variant::CorrelatorNoStats,
         Variant::Floor,
+        Variant::FloorSampled,
         Variant::Bpftrace,
     ];
 }
@@ -144,6 +149,7 @@ impl Variant {
             Variant::CorrelatorWithoutContext => "corr. w/o sys+smp",
             Variant::CorrelatorNoStats => "corr. no stats",
             Variant::Floor => "empty programs",
+            Variant::FloorSampled => "empty, sampled sys",
             Variant::Bpftrace => "bpftrace",
         }
     }
@@ -279,6 +285,7 @@ fn report(placement: Placement, samples: &[(Variant, Sample)], loops: u64) -> Va
         Variant::CorrelatorSampled,
         Variant::CorrelatorWithoutContext,
         Variant::Floor,
+        Variant::FloorSampled,
         Variant::Bpftrace,
     ] {
         let mut total: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
@@ -373,13 +380,14 @@ fn measure(
         | Variant::CorrelatorSampled
         | Variant::CorrelatorWithoutContext
         | Variant::CorrelatorNoStats
-        | Variant::Floor => {
+        | Variant::Floor
+        | Variant::FloorSampled => {
             let mut cmd = Command::new(bin);
             cmd.arg("record");
             if variant == Variant::CorrelatorStacks {
                 cmd.arg("--stacks");
             }
-            if variant == Variant::CorrelatorSampled {
+            if matches!(variant, Variant::CorrelatorSampled | Variant::FloorSampled) {
                 cmd.args(["--syscall-time", "sampled"]);
             }
             if variant == Variant::CorrelatorWithoutContext {
@@ -388,7 +396,7 @@ fn measure(
             if variant == Variant::CorrelatorNoStats {
                 cmd.env("CORRELATOR_NO_BPF_STATS", "1");
             }
-            if variant == Variant::Floor {
+            if matches!(variant, Variant::Floor | Variant::FloorSampled) {
                 cmd.env("CORRELATOR_FLOOR_ONLY", "1");
             }
             let mut c = cmd
@@ -429,7 +437,8 @@ fn measure(
             | Variant::CorrelatorSampled
             | Variant::CorrelatorWithoutContext
             | Variant::CorrelatorNoStats
-            | Variant::Floor,
+            | Variant::Floor
+            | Variant::FloorSampled,
             Some(c),
         ) => {
             c.wait()?;

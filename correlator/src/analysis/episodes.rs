@@ -25,6 +25,11 @@ pub fn slow_at_server(r: &RequestTimes, threshold_ns: u64) -> bool {
     r.service() >= threshold_ns / 2
 }
 
+/// A spike request: at or above the threshold, and slow at the server.
+pub fn is_spike(r: &RequestTimes, threshold_ns: u64) -> bool {
+    r.corrected() >= threshold_ns && slow_at_server(r, threshold_ns)
+}
+
 /// One stall, as seen by the requests it delayed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Window {
@@ -48,7 +53,7 @@ impl Window {
 pub fn episodes(requests: &[RequestTimes], threshold_ns: u64) -> Vec<Window> {
     let mut spikes: Vec<&RequestTimes> = requests
         .iter()
-        .filter(|r| r.corrected() >= threshold_ns && slow_at_server(r, threshold_ns))
+        .filter(|r| is_spike(r, threshold_ns))
         .collect();
     spikes.sort_by_key(|r| r.intended_ns);
     let mut out: Vec<Window> = Vec::new();

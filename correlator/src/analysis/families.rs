@@ -406,9 +406,11 @@ fn rank_trend(
         // The family's spike requests (as `episodes` gathers them: spikes
         // sent inside one of its windows), at their intended send time.
         Some(threshold) if !latency.requests.is_empty() => {
-            for r in latency.requests.iter().filter(|r| {
-                r.corrected() >= threshold && super::episodes::slow_at_server(r, threshold)
-            }) {
+            for r in latency
+                .requests
+                .iter()
+                .filter(|r| super::episodes::is_spike(r, threshold))
+            {
                 let i = windows.partition_point(|w| w.0 <= r.intended_ns);
                 let inside = i > 0 && r.intended_ns <= windows[i - 1].1;
                 if let Some(k) = bin(r.intended_ns).filter(|_| inside) {
@@ -509,7 +511,7 @@ impl<'a> Tail<'a> {
             let ns = r.corrected();
             let above = ns >= value_ns;
             tail.above += u64::from(above);
-            if ns < threshold || !episodes::slow_at_server(r, threshold) {
+            if !episodes::is_spike(r, threshold) {
                 continue;
             }
             // Episodes are in time order and do not overlap: the last one

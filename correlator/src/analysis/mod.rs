@@ -288,9 +288,7 @@ fn latency_report(
             latency
                 .requests
                 .iter()
-                .filter(|r| {
-                    r.phase == phase && r.corrected() >= t && episodes::slow_at_server(r, t)
-                })
+                .filter(|r| r.phase == phase && episodes::is_spike(r, t))
                 .count() as u64
         })
     };

@@ -1,11 +1,14 @@
 //! Families live: two independent problems in one run (the demo server's
 //! periodic 48 MiB sweep every 300 ms, and the demo hog's CPU bursts at
 //! random times on the server's CPU) come out as two families, each
-//! classified on its own. Needs root + BPF (fails, not skips, with CI=true).
+//! classified on its own; a periodic job skipping cycles; a stall rare
+//! enough for p99.9 only; and a passive recording of a client that raises
+//! its rate past the server's capacity. Needs root + BPF (fails, not
+//! skips, with CI=true).
 
 use std::process::Command;
 
-use crate::util::{BIN, Proc, demo_server, run_report, scratch};
+use crate::util::{BIN, Proc, Recorder, demo_server, run_report, scratch, succeed};
 
 live_test! {
     fn periodic_job_and_sporadic_hog_are_two_families() {
@@ -105,5 +108,49 @@ live_test! {
                 .any(|f| f["detail"] == "clock_nanosleep" && f["impact"]["percentile"] == 99.9),
             "{families:#?}"
         );
+    }
+}
+
+live_test! {
+    /// A passive recording (`record --syscalls`, no load of ours) while an
+    /// external client raises its rate in steps, 2,000 → 4,500 → 7,000
+    /// req/s for 8 s each, the last past the demo server's capacity
+    /// (150 µs per request: about 6,600 req/s): queueing, load-correlated
+    /// by the spike share's rank correlation with the arrival rate, second
+    /// by second, although the overload is one or two long episodes.
+    fn passive_recording_of_a_rising_client_is_load_correlated_queueing() {
+        let dir = scratch("families-passive-steps");
+        let (server, addr) = demo_server(&["--scenario", "load", "--cpu", "1"]);
+        let run = dir.join("steps.run");
+        let recorder = Recorder::start(server.0.id(), run.clone(), &["--syscalls", "--from-arrival"]);
+        succeed(
+            Command::new(BIN)
+                .args(["load", "--rate", "2000,4500,7000", "--duration", "8s"])
+                .args(["--connections", "4", "--load-cpus", "0"])
+                .arg(format!("tcp://{addr}")),
+        );
+        succeed(Command::new("kill").args(["-INT", &recorder.child.id().to_string()]));
+        recorder.wait();
+        let out = dir.join("report.json");
+        succeed(Command::new(BIN).arg("report").arg(&run).arg("--out").arg(&out));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("json");
+        let families = report["families"].as_array().expect("families");
+        let queueing = families
+            .iter()
+            .find(|f| f["cause"] == "queueing" && f["environment"] == false)
+            .unwrap_or_else(|| panic!("no queueing family: {families:#?}"));
+        eprintln!("{}", queueing["evidence"]);
+        assert_eq!(queueing["signature"], "load-correlated", "{}", queueing["evidence"]);
+        assert_eq!(queueing["trend"]["method"], "spearman", "{queueing:#}");
+        let c = &report["classification"];
+        assert_eq!(c["signature"], "load-correlated", "{}", c["evidence"]);
+        let top = c["causes"]
+            .as_array()
+            .expect("causes")
+            .iter()
+            .find(|x| !["idle", "steal"].contains(&x["cause"].as_str().unwrap_or("")))
+            .unwrap_or_else(|| panic!("no server cause: {c:#}"));
+        assert_eq!(top["cause"], "queueing", "{c:#}");
     }
 }

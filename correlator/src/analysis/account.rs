@@ -62,6 +62,13 @@ pub struct TimeAccount {
     /// Who ran instead, most of that time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_by: Option<String>,
+    /// The part of `runnable_ns` in which the CPU went to its idle task
+    /// (pid 0): no neighbour took the CPU; the thread waited on the
+    /// machine (waking the CPU, the hypervisor scheduling the vCPU, the
+    /// balancer moving it), which is the environment's, not a cause to
+    /// stop or pin away from.
+    #[serde(default)]
+    pub runnable_idle_ns: u64,
     /// Blocked, by wait site (idle is apart: see `idle_ns`).
     pub blocked_lock_ns: u64,
     pub blocked_io_ns: u64,
@@ -120,6 +127,8 @@ struct Sums {
     /// From records: blocked by site, runnable, migration.
     blocked: BTreeMap<Site, f64>,
     runnable: f64,
+    /// Runnable while the idle task had the CPU.
+    runnable_idle: f64,
     migration_off: f64,
     /// Long syscalls' on-CPU time in the window.
     syscall_on: f64,
@@ -272,6 +281,9 @@ impl<'a> Accounts<'a> {
                 }
                 OffKind::Runnable => {
                     s.runnable += o;
+                    if r.next_pid == 0 {
+                        s.runnable_idle += o;
+                    }
                     if !r.next_comm.is_empty() {
                         let who = format!("{} (pid {})", r.next_comm, r.next_pid);
                         *s.by_runner.entry(who).or_default() += o;
@@ -377,6 +389,8 @@ impl<'a> Accounts<'a> {
             migration_ns: migration as u64,
             runnable_ns: runnable as u64,
             preempted_by: top(&s.by_runner).filter(|_| runnable >= 1.0),
+            // Less its share of the IRQ time taken out of `runnable`.
+            runnable_idle_ns: (s.runnable_idle * runnable / runnable_all.max(1.0)) as u64,
             blocked_lock_ns: blocked(Site::Lock) as u64,
             blocked_io_ns: blocked(Site::Io) as u64,
             blocked_fault_ns: blocked(Site::Fault) as u64,

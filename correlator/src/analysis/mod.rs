@@ -224,18 +224,27 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
 
 /// The headline signature is the signature of the server family that
 /// holds most of the tail, by its own test: a periodic job among a VM's
-/// small stalls is periodic, whatever the stalls do. (Runs too thin to
-/// classify at all stay `none`.)
+/// small stalls is periodic, whatever the stalls do. Runs too thin to
+/// classify at all (`signature::too_few_spikes`) stay `none`; a run of
+/// one or two episodes stays `none` too unless the family's own test
+/// passed: a client that raises its rate past the server's capacity gives
+/// one long queueing episode, and its trend test (spike share against the
+/// request rate, second by second) is the evidence, not the episode count.
 fn lead_with_top_family(
     sig: signature::SignatureResult,
     families: &[families::Family],
+    too_few_spikes: bool,
 ) -> signature::SignatureResult {
-    if sig.signature == Signature::None {
-        return sig;
-    }
     let Some(top) = families.iter().find(|f| !f.environment) else {
         return sig;
     };
+    let tested = matches!(
+        top.signature,
+        Signature::Periodic | Signature::LoadCorrelated
+    );
+    if sig.signature == Signature::None && (too_few_spikes || !tested) {
+        return sig;
+    }
     let periodic = top
         .periodicity
         .as_ref()
@@ -245,7 +254,12 @@ fn lead_with_top_family(
         period_ms: periodic.map(|p| p.period_ms),
         jitter_ms: periodic.map(|p| p.jitter_ms),
         evidence: format!(
-            "the family that holds most of the tail, {}: {}",
+            "{}, {}: {}",
+            if families.first().is_some_and(|f| f.environment) {
+                "the server family that holds most of the tail (the environment's family holds more)"
+            } else {
+                "the family that holds most of the tail"
+            },
             top.name(),
             top.evidence
         ),
@@ -416,6 +430,7 @@ fn classify(
     let sig = lead_with_top_family(
         signature::signature(episodes, latency, explicit_slo, percentile),
         families,
+        signature::too_few_spikes(episodes, latency, explicit_slo, percentile).is_some(),
     );
     if sig.signature == Signature::None {
         return Classification {

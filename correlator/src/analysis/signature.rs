@@ -44,25 +44,31 @@ fn min_spike_fraction(percentile: f64) -> f64 {
     (100.0 - percentile).max(0.0) / 100.0 / 2.0
 }
 
-pub fn signature(
-    episodes: &[Episode],
-    latency: &LatencyReport,
-    explicit_slo: bool,
-    percentile: f64,
-) -> SignatureResult {
-    let min_fraction = min_spike_fraction(percentile);
-    let none = |evidence: String| SignatureResult {
+fn none(evidence: String) -> SignatureResult {
+    SignatureResult {
         signature: Signature::None,
         period_ms: None,
         jitter_ms: None,
         evidence,
-    };
+    }
+}
+
+/// `Some(none)` when the run has too few spike requests to classify at
+/// all: none, fewer than ten, or too small a share to move the chosen
+/// percentile (unless the user set the SLO).
+pub fn too_few_spikes(
+    episodes: &[Episode],
+    latency: &LatencyReport,
+    explicit_slo: bool,
+    percentile: f64,
+) -> Option<SignatureResult> {
+    let min_fraction = min_spike_fraction(percentile);
     if latency.spikes == 0 {
-        return none("no request exceeded the spike threshold".into());
+        return Some(none("no request exceeded the spike threshold".into()));
     }
     let fraction = latency.spikes as f64 / latency.summary.count.max(1) as f64;
     if latency.spikes < MIN_SPIKES || (!explicit_slo && fraction < min_fraction) {
-        return none(format!(
+        return Some(none(format!(
             "{} spike requests in {} episode(s) ({:.3}% of requests): too few to classify \
              (needs ≥ {MIN_SPIKES}{}); run longer, look further into the tail \
              (--percentile 99.9), or set --slo to analyse them",
@@ -77,7 +83,19 @@ pub fn signature(
                     min_fraction * 100.0
                 )
             }
-        ));
+        )));
+    }
+    None
+}
+
+pub fn signature(
+    episodes: &[Episode],
+    latency: &LatencyReport,
+    explicit_slo: bool,
+    percentile: f64,
+) -> SignatureResult {
+    if let Some(none) = too_few_spikes(episodes, latency, explicit_slo, percentile) {
+        return none;
     }
     if let Some(load) = load_correlated(latency) {
         // Checked before "too few episodes": a sweep can show growth even

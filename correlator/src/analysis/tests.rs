@@ -395,6 +395,95 @@ fn load_correlated_is_queueing() {
 }
 
 #[test]
+fn passive_recording_of_a_client_past_capacity_is_queueing() {
+    // A client raises its rate in four steps of 6 s, the last past the
+    // server's capacity: one long episode whose wait grows by 50 ms per
+    // second, the serving thread busy throughout. No sweep phases (a
+    // passive recording): the trend test runs on the arrivals, and one
+    // episode is enough when it passes.
+    let mut s = Synth::sweep(&[2_000.0, 3_000.0, 4_000.0, 8_000.0], 6, &[0; 4]).passive();
+    s.overload(T0 + 18_500 * MS, 0.05);
+    s.on_cpu(SERVER, T0, 24_000 * MS, &[], 0.0);
+    let a = run(s);
+    assert!(a.episodes.len() < MIN_EPISODES, "{:#?}", a.episodes.len());
+    assert_eq!(
+        a.classification.signature,
+        Signature::LoadCorrelated,
+        "{}",
+        a.classification.evidence
+    );
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Queueing),
+        "{:#?}",
+        a.classification.causes
+    );
+}
+
+#[test]
+fn rising_traffic_does_not_make_random_stalls_load_correlated() {
+    // The same rising client, and a neighbour taking the CPU for 15 ms at
+    // irregular times: more requests per second are delayed in the last
+    // step, but not a larger share of them.
+    let mut s = Synth::sweep(&[2_000.0, 4_000.0, 8_000.0], 6, &[0, 0, 0]).passive();
+    let mut at = T0 + 300 * MS;
+    for gap in [
+        713, 1_291, 937, 1_583, 1_129, 811, 1_447, 1_003, 1_259, 877, 1_531, 1_669, 1_097,
+    ] {
+        s.stall(at, 15 * MS);
+        s.preempted(SERVER, at, 15 * MS, "hog");
+        at += gap * MS;
+    }
+    let a = run(s);
+    let hog = a
+        .families
+        .iter()
+        .find(|f| f.cause == CauseKind::Preemption)
+        .expect("a preemption family");
+    let trend = hog.trend.as_ref().expect("a trend test");
+    assert!(trend.p_value > 0.01, "{}", hog.evidence);
+    assert_eq!(
+        a.classification.signature,
+        Signature::Sporadic,
+        "{}",
+        a.classification.evidence
+    );
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Preemption),
+        "{:#?}",
+        a.classification.causes
+    );
+}
+
+#[test]
+fn waiting_for_a_cpu_that_went_idle_is_the_environment() {
+    // Runnable while the CPU ran its idle task (the host not scheduling
+    // the vCPU, a deep C-state's exit): no neighbour to stop or pin away.
+    let mut s = Synth::new(10_000.0, 5);
+    for i in 0..12 {
+        let at = T0 + 200 * MS + i * 377 * MS;
+        s.stall(at, 10 * MS);
+        s.preempted(SERVER, at, 10 * MS, "swapper/1");
+    }
+    let a = run(s);
+    assert!(
+        a.episodes.iter().all(|e| e.account.runnable_idle_ns > 0),
+        "{:#?}",
+        a.episodes
+    );
+    assert!(
+        a.families.iter().all(|f| f.environment),
+        "{:#?}",
+        a.families
+            .iter()
+            .map(families::Family::name)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(top(&a), None, "{:#?}", a.classification.causes);
+}
+
+#[test]
 fn no_spikes_no_cause() {
     let mut s = Synth::new(10_000.0, 3);
     s.background(Counter::PageFaultsMinor, 1_000);

@@ -12,7 +12,12 @@
 //! - `blocking`: a lock held 8-20 ms at Poisson times;
 //! - `load`: a three-step rate sweep whose slow requests grow with the rate.
 //!
-//! All with the noise of `null` on top. Scores: signature accuracy and top
+//! All with the noise of `null` on top. Half of the runs of every scenario
+//! are passive recordings of a client raising its rate in three steps
+//! (2,000, 4,000, 8,000 req/s): one latency phase without an offered rate,
+//! so load correlation is tested on the arrivals (rank correlation), and
+//! the sporadic and null runs show whether rising traffic alone is taken
+//! for load correlation. Scores: signature accuracy and top
 //! (server) cause accuracy over the non-null runs, and the share of null
 //! runs with any server cause claimed. Exits non-zero below the acceptance
 //! (95%, 95%, at most 5%).
@@ -149,15 +154,28 @@ fn blocking(s: &mut Synth, rng: &mut Rng, seconds: u64) {
 /// One synthetic run of `scenario`.
 fn build(scenario: Scenario, rng: &mut Rng) -> Synth {
     let seconds = rng.range(6, 10);
+    // Half of the runs are passive recordings of a client that raises its
+    // rate in steps: no sweep phases, only the arrivals tell the rate.
+    let passive = rng.unit() < 0.5;
+    let steps = |slow_every: &[u64]| {
+        let s = Synth::sweep(&[2_000.0, 4_000.0, 8_000.0], seconds / 3 + 1, slow_every);
+        if passive { s.passive() } else { s }
+    };
     let mut s = match scenario {
         Scenario::Load => {
-            let secs = seconds / 3 + 1;
-            let mut s = Synth::sweep(&[2_000.0, 4_000.0, 8_000.0], secs, &[1_000, 100, 20]);
-            s.on_cpu(SERVER, T0, 3 * secs * 1_000 * MS, &[], 0.0);
-            noise(&mut s, rng, 3 * secs);
+            let mut s = steps(&[1_000, 100, 20]);
+            let seconds = 3 * (seconds / 3 + 1);
+            s.on_cpu(SERVER, T0, seconds * 1_000 * MS, &[], 0.0);
+            noise(&mut s, rng, seconds);
             return s;
         }
+        _ if passive => steps(&[0, 0, 0]),
         _ => Synth::new(10_000.0, seconds),
+    };
+    let seconds = if passive {
+        3 * (seconds / 3 + 1)
+    } else {
+        seconds
     };
     match scenario {
         Scenario::Periodic => {

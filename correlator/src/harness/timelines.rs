@@ -9,7 +9,7 @@ use correlator_common::{Account, Counter, NUM_ACCOUNT, NUM_COUNTERS};
 
 use crate::runfile::{Durations, Environment, EventTotals, Losses, Overhead, RunFile, StopReason};
 use crate::{
-    latency::recorder::RequestTimes,
+    latency::recorder::{LatencyBucket, RequestTimes},
     latency::{
         Distribution,
         capture::{LatencyCapture, LatencyPhase, StoredDistribution},
@@ -36,6 +36,12 @@ pub struct Synth {
     /// Per-thread bucket accounts by (tid, bucket).
     accounts: BTreeMap<(u32, u64), [u64; NUM_ACCOUNT]>,
     pub syscalls: Vec<SyscallSpan>,
+    /// Latency as a passive recording would give it: one phase without an
+    /// offered rate, whatever the rates the phases were built with.
+    passive: bool,
+    /// From this time on, arrivals outpace the server: each request waits
+    /// for the queue built since then (`growth` ns of wait per ns elapsed).
+    overload: Option<(u64, f64)>,
 }
 
 /// The serving thread of every synthetic run.
@@ -52,6 +58,8 @@ impl Synth {
             steal: Vec::new(),
             accounts: BTreeMap::new(),
             syscalls: Vec::new(),
+            passive: false,
+            overload: None,
         }
     }
 
@@ -73,7 +81,24 @@ impl Synth {
             steal: Vec::new(),
             accounts: BTreeMap::new(),
             syscalls: Vec::new(),
+            passive: false,
+            overload: None,
         }
+    }
+
+    /// The latency of this run as a passive recording (`record --syscalls`,
+    /// an import) would store it: the phases' requests in one phase without
+    /// an offered rate, so only their arrival times tell the rate.
+    pub fn passive(mut self) -> Self {
+        self.passive = true;
+        self
+    }
+
+    /// Arrivals outpace the server from `from` on: the queue, and each
+    /// request's wait, grows by `growth` ns per ns (a client past the
+    /// server's capacity).
+    pub fn overload(&mut self, from: u64, growth: f64) {
+        self.overload = Some((from, growth));
     }
 
     /// Adds `ns` to slot `slot` of `tid`'s account, spread over the
@@ -167,7 +192,8 @@ impl Synth {
             end_ns: start + runnable + blocked,
             runnable_ns: runnable,
             blocked_ns: blocked,
-            next_pid: 999,
+            // The idle task is pid 0 (named swapper/N), as in the kernel.
+            next_pid: if by.starts_with("swapper/") { 0 } else { 999 },
             next_comm: by.into(),
             syscall,
             site,
@@ -203,6 +229,10 @@ impl Synth {
     pub fn build(self) -> (RunFile, LatencyCapture) {
         let mut requests = Vec::new();
         let mut phases = Vec::new();
+        let (start, end) = (self.phases[0].1, self.phases[self.phases.len() - 1].2);
+        let origin = start >> SHIFT;
+        // Completions per bucket, as the recorder keeps them.
+        let mut buckets: Vec<LatencyBucket> = Vec::new();
         for (i, &(rate, start, end)) in self.phases.iter().enumerate() {
             let mut d = Distribution::new();
             let interval = (1e9 / rate) as u64;
@@ -215,6 +245,9 @@ impl Synth {
                         done = done.max(at + len + 50 * US);
                     }
                 }
+                if let Some((from, growth)) = self.overload.filter(|o| t >= o.0) {
+                    done = done.max(t + 50 * US + ((t - from) as f64 * growth) as u64);
+                }
                 // Queueing-like slow requests at pseudo-random times.
                 let x = rng.next_u64();
                 let slow = self.phase_slow_every.get(i).copied().unwrap_or(0);
@@ -226,9 +259,16 @@ impl Synth {
                     sent_ns: t,
                     done_ns: done,
                     connection: 0,
-                    phase: i as u32,
+                    phase: if self.passive { 0 } else { i as u32 },
                 };
                 d.record(r.corrected());
+                let k = ((done >> SHIFT) - origin) as usize;
+                if k >= buckets.len() {
+                    buckets.resize(k + 1, LatencyBucket::default());
+                }
+                buckets[k].count += 1;
+                buckets[k].sum_ns += r.corrected();
+                buckets[k].max_ns = buckets[k].max_ns.max(r.corrected());
                 if r.corrected() > 100 * US {
                     requests.push(r);
                 }
@@ -245,7 +285,9 @@ impl Synth {
                 corrected: StoredDistribution::from(&d),
             });
         }
-        let (start, end) = (self.phases[0].1, self.phases[self.phases.len() - 1].2);
+        if self.passive {
+            phases = vec![one_phase(&phases)];
+        }
         let run = RunFile {
             schema: crate::runfile::SCHEMA.into(),
             correlator_version: "test".into(),
@@ -301,9 +343,28 @@ impl Synth {
             requests,
             requests_over_cap: 0,
             bucket_shift: SHIFT,
-            bucket_origin: start >> SHIFT,
-            buckets: Vec::new(),
+            bucket_origin: origin,
+            buckets,
         };
         (run, lat)
+    }
+}
+
+/// The phases merged into one without an offered rate, as a passive
+/// recording has it.
+fn one_phase(phases: &[LatencyPhase]) -> LatencyPhase {
+    let mut d = Distribution::new();
+    for p in phases {
+        d.merge(&p.corrected.to_distribution());
+    }
+    LatencyPhase {
+        rate: None,
+        start_ns: phases.first().map_or(0, |p| p.start_ns),
+        end_ns: phases.last().map_or(0, |p| p.end_ns),
+        sent: d.count(),
+        completed: d.count(),
+        timeouts: 0,
+        errors: 0,
+        corrected: StoredDistribution::from(&d),
     }
 }

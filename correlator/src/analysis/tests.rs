@@ -484,6 +484,34 @@ fn waiting_for_a_cpu_that_went_idle_is_the_environment() {
 }
 
 #[test]
+fn a_fixed_rate_has_nothing_to_correlate_with() {
+    // 3,000 req/s: seconds of 3,000 and 3,001 requests in a rhythm of the
+    // send schedule against the second boundaries, and a 300 ms fault job
+    // whose spikes per second have a rhythm too. One rate: no trend test.
+    let mut s = Synth::new(3_000.0, 12);
+    let mut at = T0 + 70 * MS;
+    while at < T0 + 11_900 * MS {
+        s.stall(at, 15 * MS);
+        s.on_cpu(SERVER, at, 15 * MS, &[], 0.75);
+        s.events(at, Counter::PageFaultsMinor, 7_000);
+        at += 300 * MS;
+    }
+    let a = run(s);
+    let job = a
+        .families
+        .iter()
+        .find(|f| f.cause == CauseKind::PageFaults)
+        .expect("a page_faults family");
+    assert!(job.trend.is_none(), "{}", job.evidence);
+    assert_eq!(
+        a.classification.signature,
+        Signature::Periodic,
+        "{}",
+        a.classification.evidence
+    );
+}
+
+#[test]
 fn no_spikes_no_cause() {
     let mut s = Synth::new(10_000.0, 3);
     s.background(Counter::PageFaultsMinor, 1_000);

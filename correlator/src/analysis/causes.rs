@@ -88,6 +88,15 @@ impl CauseKind {
         }
     }
 
+    /// The name a category takes under a signature: busy serving while
+    /// the spikes grow with the rate is queueing.
+    pub(crate) fn under(self, signature: Signature) -> CauseKind {
+        match (self, signature) {
+            (CauseKind::OnCpu, Signature::LoadCorrelated) => CauseKind::Queueing,
+            (c, _) => c,
+        }
+    }
+
     /// Measured time of this cause in one account.
     pub(crate) fn time(self, a: &TimeAccount) -> u64 {
         match self {
@@ -238,7 +247,6 @@ pub fn rank(
     let alpha = stats::bonferroni(ALPHA, SERVER_CAUSES.len());
     let mut causes = Vec::new();
     let mut not_significant = Vec::new();
-    let load = signature == Signature::LoadCorrelated;
     for kind in SERVER_CAUSES {
         let share = share_of(kind);
         if share <= 0.0 {
@@ -251,13 +259,10 @@ pub fn rank(
         } else {
             stats::ks_greater(&in_episodes, &in_baseline)
         };
-        let (kind, p_value) = if kind == CauseKind::OnCpu && load {
-            // Busy serving while spikes grow with the offered rate: the
-            // sweep is the evidence (see the signature).
-            (CauseKind::Queueing, None)
-        } else {
-            (kind, Some(p))
-        };
+        // Queueing's evidence is the load test of the signature, not a
+        // comparison with the baseline windows.
+        let kind = kind.under(signature);
+        let p_value = (kind != CauseKind::Queueing).then_some(p);
         if p_value.is_some_and(|p| p >= alpha) {
             // Beside the p-value, what the baseline windows held: a share
             // that is also common outside the episodes is why.
@@ -307,7 +312,7 @@ pub fn rank(
     let family_rank = |c: &Cause| {
         families
             .iter()
-            .position(|f| !f.environment && f.cause == c.cause.tested_as())
+            .position(|f| !f.environment && f.cause.tested_as() == c.cause.tested_as())
             .unwrap_or(usize::MAX)
     };
     causes.sort_by(|a, b| {

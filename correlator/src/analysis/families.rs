@@ -227,13 +227,8 @@ pub fn families(
                 _ => Signature::Sporadic,
             };
             let impact = tail.as_ref().map(|t| t.impact(&idx, environment));
-            // Busy serving while its spikes grow with the offered rate:
-            // queueing, as the run's causes call it (`rank_causes`).
-            let cause = if cause == CauseKind::OnCpu && signature == Signature::LoadCorrelated {
-                CauseKind::Queueing
-            } else {
-                cause
-            };
+            // Named as the run's causes name it (queueing).
+            let cause = cause.under(signature);
             let mut family = Family {
                 cause,
                 detail,

@@ -390,9 +390,9 @@ pub fn render(r: &Report) -> String {
             .collect();
         let _ = write!(
             causes,
-            "<tr><td><b>{}</b></td><td>{:.2}</td><td>{}{}</td><td>{}</td></tr>",
+            "<tr><td><b>{}</b></td><td>{:.0}%</td><td>{}{}</td><td>{}</td></tr>",
             esc(cause.cause.name()),
-            cause.score,
+            cause.score * 100.0,
             esc(&cause.evidence),
             paths,
             esc(&cause.experiment)
@@ -432,7 +432,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 <p>{dur:.1} s, latency from {source}; kernel {kernel}, {cpus} CPUs, THP {thp}</p>
 <p class="sig">{sig_up}</p><p>{evidence}</p>
 {confirmation}
-<h2>Causes, best first</h2><table><tr><th>cause</th><th>score</th><th>evidence</th><th>confirm with</th></tr>{causes}</table>
+<h2>Causes, best first</h2><table><tr><th>cause</th><th>share of episode time</th><th>evidence</th><th>confirm with</th></tr>{causes}</table>
 <h2>Latency over time and kernel events</h2>{lat}{lanes}
 <h2>Percentiles</h2><div style="display:flex;gap:20px"><table><tr><th></th><th>value</th><th>samples above</th></tr>{pct}</table>{curve}</div>
 <p>{count} requests, {spikes} spikes, {timeouts} timeouts, {errors} errors</p>

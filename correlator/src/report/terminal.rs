@@ -24,14 +24,9 @@ pub fn render(r: &Report) -> String {
     } else {
         let _ = writeln!(out, "CAUSES (best first)");
         for (i, cause) in c.causes.iter().take(3).enumerate() {
-            let _ = writeln!(
-                out,
-                "  {}. {:<12} score {:.2}  {}",
-                i + 1,
-                cause.cause,
-                cause.score,
-                cause.evidence
-            );
+            // The share and the test's p-value are in the evidence; a bare
+            // "score 0.62" read like a confidence.
+            let _ = writeln!(out, "  {}. {:<12} {}", i + 1, cause.cause.name(), cause.evidence);
             for path in cause.stacks.iter().take(2) {
                 let _ = writeln!(
                     out,
@@ -45,7 +40,7 @@ pub fn render(r: &Report) -> String {
         if c.causes.len() > 3 {
             let rest: Vec<String> = c.causes[3..]
                 .iter()
-                .map(|x| format!("{} {:.2}", x.cause, x.score))
+                .map(|x| format!("{} ({:.0}% of episode time)", x.cause, x.score * 100.0))
                 .collect();
             let _ = writeln!(out, "     also: {}", rest.join(", "));
         }

@@ -17,7 +17,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::util::{helper_server, redis_server, run_report, scratch};
+use crate::util::{helper_server, redis_server, run_report, scratch, top_server_cause};
 
 /// Runs the helper in `mode`, loads it with `correlator run --stacks`, and
 /// returns the report and the helper's own timed calls.
@@ -111,13 +111,8 @@ fn shares(report: &Value, calls: &[(u64, u64)], function: &str) -> (f64, f64) {
 fn check(mode: &str, every: &str, cause: &str, function: &str) {
     let dir = scratch(&format!("stacks-{mode}"));
     let (report, calls) = run(mode, every, &dir);
-    let causes = report["classification"]["causes"]
-        .as_array()
-        .expect("causes");
-    let top = causes
-        .iter()
-        .find(|c| !["idle", "steal"].contains(&c["cause"].as_str().unwrap_or("")))
-        .unwrap_or_else(|| panic!("no server cause: {causes:?}"));
+    let causes = &report["classification"]["causes"];
+    let top = top_server_cause(&report["classification"]);
     assert_eq!(top["cause"], cause, "{causes:#?}");
     let path = top["stacks"][0]["frames"]
         .as_array()

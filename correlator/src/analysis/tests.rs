@@ -20,6 +20,16 @@ fn top(a: &Analysis) -> Option<CauseKind> {
     a.classification.causes.first().map(|c| c.cause)
 }
 
+/// The run's signature and its top cause, with the evidence on failure.
+fn assert_verdict(a: &Analysis, signature: Signature, cause: CauseKind) {
+    assert_eq!(
+        a.classification.signature, signature,
+        "{}",
+        a.classification.evidence
+    );
+    assert_eq!(top(a), Some(cause), "{:#?}", a.classification.causes);
+}
+
 /// Pseudo-random but fixed times for sporadic stalls.
 fn sporadic_times(n: usize, seconds: u64) -> Vec<u64> {
     let mut rng = crate::stats::Rng::new(88_172_645_463_325_252);
@@ -141,18 +151,7 @@ fn sporadic_preemption_names_the_task() {
     }
     s.ordinary_sleeps(SERVER);
     let a = run(s);
-    assert_eq!(
-        a.classification.signature,
-        Signature::Sporadic,
-        "{}",
-        a.classification.evidence
-    );
-    assert_eq!(
-        top(&a),
-        Some(CauseKind::Preemption),
-        "{:#?}",
-        a.classification.causes
-    );
+    assert_verdict(&a, Signature::Sporadic, CauseKind::Preemption);
     let cause = &a.classification.causes[0];
     assert!(cause.evidence.contains("hog"), "{}", cause.evidence);
     assert!(cause.p_value.is_some_and(|p| p < 1e-3), "{cause:#?}");
@@ -380,18 +379,7 @@ fn load_correlated_is_queueing() {
     let mut s = Synth::sweep(&[2_000.0, 4_000.0, 8_000.0], 3, &[1_000, 100, 20]);
     s.on_cpu(SERVER, T0, 9_000 * MS, &[], 0.0);
     let a = run(s);
-    assert_eq!(
-        a.classification.signature,
-        Signature::LoadCorrelated,
-        "{}",
-        a.classification.evidence
-    );
-    assert_eq!(
-        top(&a),
-        Some(CauseKind::Queueing),
-        "{:#?}",
-        a.classification.causes
-    );
+    assert_verdict(&a, Signature::LoadCorrelated, CauseKind::Queueing);
 }
 
 #[test]
@@ -406,18 +394,7 @@ fn passive_recording_of_a_client_past_capacity_is_queueing() {
     s.on_cpu(SERVER, T0, 24_000 * MS, &[], 0.0);
     let a = run(s);
     assert!(a.episodes.len() < MIN_EPISODES, "{:#?}", a.episodes.len());
-    assert_eq!(
-        a.classification.signature,
-        Signature::LoadCorrelated,
-        "{}",
-        a.classification.evidence
-    );
-    assert_eq!(
-        top(&a),
-        Some(CauseKind::Queueing),
-        "{:#?}",
-        a.classification.causes
-    );
+    assert_verdict(&a, Signature::LoadCorrelated, CauseKind::Queueing);
 }
 
 #[test]
@@ -442,18 +419,7 @@ fn rising_traffic_does_not_make_random_stalls_load_correlated() {
         .expect("a preemption family");
     let trend = hog.trend.as_ref().expect("a trend test");
     assert!(trend.p_value > 0.01, "{}", hog.evidence);
-    assert_eq!(
-        a.classification.signature,
-        Signature::Sporadic,
-        "{}",
-        a.classification.evidence
-    );
-    assert_eq!(
-        top(&a),
-        Some(CauseKind::Preemption),
-        "{:#?}",
-        a.classification.causes
-    );
+    assert_verdict(&a, Signature::Sporadic, CauseKind::Preemption);
 }
 
 #[test]

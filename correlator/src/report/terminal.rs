@@ -26,7 +26,13 @@ pub fn render(r: &Report) -> String {
         for (i, cause) in c.causes.iter().take(3).enumerate() {
             // The share and the test's p-value are in the evidence; a bare
             // "score 0.62" read like a confidence.
-            let _ = writeln!(out, "  {}. {:<12} {}", i + 1, cause.cause.name(), cause.evidence);
+            let _ = writeln!(
+                out,
+                "  {}. {:<12} {}",
+                i + 1,
+                cause.cause.name(),
+                cause.evidence
+            );
             for path in cause.stacks.iter().take(2) {
                 let _ = writeln!(
                     out,

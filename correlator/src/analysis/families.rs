@@ -425,7 +425,7 @@ fn rank_trend(
     // Completions stand for arrivals except for the slow requests, which
     // the capture keeps one by one: each is moved from the second it
     // completed in to the second it arrived in. (Placing a bucket's
-    // completions at their mean latency before, as earlier, put a stall's
+    // completions at their mean latency instead put a stall's
     // released backlog at the stall's middle: at a fixed 2,000 req/s the
     // seconds holding a stall gained 35 requests, the only variation of
     // the rate, and the spike share agreed with it, ρ = 0.88, p = 9.3e-5.)
@@ -481,11 +481,7 @@ fn rank_trend(
     // share; ranked as rates, such rounding correlates with anything that
     // has the same rhythm. Equal rates tie, and a run at one rate has
     // nothing to correlate with (no test).
-    let mut sorted = rate.clone();
-    sorted.sort_by(f64::total_cmp);
-    let resolution = sorted
-        .get(sorted.len() / 2)
-        .map_or(1.0, |m| m.sqrt().max(1.0));
+    let resolution = stats::median(&rate).sqrt().max(1.0);
     let rate: Vec<f64> = rate.iter().map(|r| (r / resolution).round()).collect();
     let bins = rate.len();
     let (rho, p_value) = stats::spearman(&rate, &fraction)?;

@@ -224,16 +224,15 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
 
 /// The headline signature is the signature of the server family that
 /// holds most of the tail, by its own test: a periodic job among a VM's
-/// small stalls is periodic, whatever the stalls do. Runs too thin to
-/// classify at all (`signature::too_few_spikes`) stay `none`; a run of
-/// one or two episodes stays `none` too unless the family's own test
+/// small stalls is periodic, whatever the stalls do. (Runs too thin to
+/// classify at all never get here: `signature::too_few_spikes`.) A run of
+/// one or two episodes stays `none` unless the family's own test
 /// passed: a client that raises its rate past the server's capacity gives
 /// one long queueing episode, and its trend test (spike share against the
 /// request rate, second by second) is the evidence, not the episode count.
 fn lead_with_top_family(
     sig: signature::SignatureResult,
     families: &[families::Family],
-    too_few_spikes: bool,
 ) -> signature::SignatureResult {
     let Some(top) = families.iter().find(|f| !f.environment) else {
         return sig;
@@ -242,7 +241,7 @@ fn lead_with_top_family(
         top.signature,
         Signature::Periodic | Signature::LoadCorrelated
     );
-    if sig.signature == Signature::None && (too_few_spikes || !tested) {
+    if sig.signature == Signature::None && !tested {
         return sig;
     }
     let periodic = top
@@ -427,11 +426,8 @@ fn classify(
     explicit_slo: bool,
     percentile: f64,
 ) -> Classification {
-    let sig = lead_with_top_family(
-        signature::signature(episodes, latency, explicit_slo, percentile),
-        families,
-        signature::too_few_spikes(episodes, latency, explicit_slo, percentile).is_some(),
-    );
+    let sig = signature::too_few_spikes(episodes, latency, explicit_slo, percentile)
+        .unwrap_or_else(|| lead_with_top_family(signature::signature(episodes, latency), families));
     if sig.signature == Signature::None {
         return Classification {
             signature: sig.signature,

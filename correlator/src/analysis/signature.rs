@@ -88,15 +88,9 @@ pub fn too_few_spikes(
     None
 }
 
-pub fn signature(
-    episodes: &[Episode],
-    latency: &LatencyReport,
-    explicit_slo: bool,
-    percentile: f64,
-) -> SignatureResult {
-    if let Some(none) = too_few_spikes(episodes, latency, explicit_slo, percentile) {
-        return none;
-    }
+/// The whole-run signature of a run with enough spike requests (see
+/// `too_few_spikes`, checked first).
+pub fn signature(episodes: &[Episode], latency: &LatencyReport) -> SignatureResult {
     if let Some(load) = load_correlated(latency) {
         // Checked before "too few episodes": a sweep can show growth even
         // when the highest phase is one long episode.

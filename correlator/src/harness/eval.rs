@@ -157,26 +157,26 @@ fn build(scenario: Scenario, rng: &mut Rng) -> Synth {
     // Half of the runs are passive recordings of a client that raises its
     // rate in steps: no sweep phases, only the arrivals tell the rate.
     let passive = rng.unit() < 0.5;
-    let steps = |slow_every: &[u64]| {
-        let s = Synth::sweep(&[2_000.0, 4_000.0, 8_000.0], seconds / 3 + 1, slow_every);
+    let stepped = passive || scenario == Scenario::Load;
+    // Three steps, each a third of the run rounded up.
+    let step = seconds / 3 + 1;
+    let seconds = if stepped { 3 * step } else { seconds };
+    let mut s = if stepped {
+        let slow_every: &[u64] = if scenario == Scenario::Load {
+            &[1_000, 100, 20]
+        } else {
+            &[0, 0, 0]
+        };
+        let s = Synth::sweep(&[2_000.0, 4_000.0, 8_000.0], step, slow_every);
         if passive { s.passive() } else { s }
-    };
-    let mut s = match scenario {
-        Scenario::Load => {
-            let mut s = steps(&[1_000, 100, 20]);
-            let seconds = 3 * (seconds / 3 + 1);
-            s.on_cpu(SERVER, T0, seconds * 1_000 * MS, &[], 0.0);
-            noise(&mut s, rng, seconds);
-            return s;
-        }
-        _ if passive => steps(&[0, 0, 0]),
-        _ => Synth::new(10_000.0, seconds),
-    };
-    let seconds = if passive {
-        3 * (seconds / 3 + 1)
     } else {
-        seconds
+        Synth::new(10_000.0, seconds)
     };
+    if scenario == Scenario::Load {
+        s.on_cpu(SERVER, T0, seconds * 1_000 * MS, &[], 0.0);
+        noise(&mut s, rng, seconds);
+        return s;
+    }
     match scenario {
         Scenario::Periodic => {
             periodic(&mut s, rng, seconds);

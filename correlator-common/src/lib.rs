@@ -280,7 +280,10 @@ pub struct SyscallRecord {
     pub tid: u32,
     pub tgid: u32,
     pub nr: u32,
-    pub _pad: u32,
+    /// On-CPU samples of the thread taken inside the call: fewer than its
+    /// on-CPU time holds sample periods means the sampling timer was
+    /// silent (see `SyscallSpan::silent_ns`).
+    pub samples: u32,
     pub start_ns: u64,
     pub end_ns: u64,
     /// Time off the CPU inside the call, IRQ time and steal inside it; the
@@ -513,7 +516,8 @@ pub struct ThreadState {
     /// `--stacks`: kernel stack id at the switch-out (user: `off_ustack`).
     pub off_kstack: i32,
     pub off_ustack: i32,
-    pub _pad2: u32,
+    /// On-CPU samples of the thread since `sys_enter_ts`.
+    pub sys_samples: u32,
     pub sys_enter_ts: u64,
     /// Time off the CPU, in IRQs on it, and stolen, since `sys_enter_ts`.
     pub sys_offcpu_ns: u64,

@@ -86,6 +86,9 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
         Account::SamplesFault
     };
     acct_add(st, ts, slot, 1);
+    if st.syscall != 0 {
+        st.sys_samples = st.sys_samples.saturating_add(1);
+    }
     if config!(syscall_hooks) == 0 && slot == Account::SamplesSyscall {
         // Without the hooks no call is timed: the sampled syscall names the
         // bucket's kernel time instead, one sample period per sample (the

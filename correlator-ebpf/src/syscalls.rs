@@ -34,6 +34,7 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
         (*st).sys_offcpu_ns = 0;
         (*st).sys_irq_ns = 0;
         (*st).sys_steal_ns = 0;
+        (*st).sys_samples = 0;
     }
     0
 }
@@ -75,7 +76,7 @@ pub(crate) fn syscall_done(st: &mut ThreadState) {
                     tid: st.tid,
                     tgid: st.tgid,
                     nr: syscall - 1,
-                    _pad: 0,
+                    samples: st.sys_samples,
                     start_ns: st.sys_enter_ts,
                     end_ns: ts,
                     offcpu_ns: off,

@@ -84,7 +84,9 @@ pub struct TimeAccount {
     pub idle_ns: u64,
     pub hardirq_ns: u64,
     pub softirq_ns: u64,
-    /// Stolen by the hypervisor while the thread was on the CPU.
+    /// Stolen by the hypervisor while the thread was on the CPU: the run
+    /// queue's steal clock, and time its sampling timer was silent
+    /// (between samples, and inside long syscalls).
     pub steal_ns: u64,
     /// Window time the measurements above do not cover.
     pub unexplained_ns: u64,
@@ -130,8 +132,11 @@ struct Sums {
     /// Runnable while the idle task had the CPU.
     runnable_idle: f64,
     migration_off: f64,
-    /// Long syscalls' on-CPU time in the window.
+    /// Long syscalls' on-CPU time in the window, less `syscall_silent`.
     syscall_on: f64,
+    /// Long syscalls' time on the CPU in which its sampling timer was
+    /// silent (`SyscallSpan::silent_ns`): the environment's, as steal.
+    syscall_silent: f64,
     migration_on: f64,
     by_syscall: HashMap<String, f64>,
     by_wait: HashMap<String, f64>,
@@ -301,7 +306,10 @@ impl<'a> Accounts<'a> {
                 if o == 0 {
                     continue;
                 }
-                let on = c.on_cpu_ns() as f64 * o as f64 / len as f64;
+                let part = o as f64 / len as f64;
+                let silent = c.silent_ns(self.run.sample_period_ns) as f64 * part;
+                s.syscall_silent += silent;
+                let on = c.on_cpu_ns() as f64 * part - silent;
                 if syscalls::migrates(c.nr) {
                     s.migration_on += on;
                 } else {
@@ -332,7 +340,7 @@ impl<'a> Accounts<'a> {
             slot(Account::SoftIrq) + (irq_wait - hardirq_wait.min(irq_wait)),
         );
         let on_cpu = slot(Account::OnCpu);
-        let steal = slot(Account::Steal).min(on_cpu);
+        let steal = (slot(Account::Steal) + s.syscall_silent).min(on_cpu);
         let migration_on = slot(Account::MigrationCpu) + s.migration_on;
         let syscall =
             (slot(Account::SyscallCpu) - slot(Account::MigrationCpu)).max(0.0) + s.syscall_on;

@@ -151,7 +151,7 @@ pub struct Family {
 
 /// The family key of one episode: its dominant category (unmeasured time
 /// counts as environment) and the detail that splits that category.
-fn key(a: &TimeAccount) -> (CauseKind, Option<String>) {
+pub(super) fn key(a: &TimeAccount) -> (CauseKind, Option<String>) {
     // The server categories the causes are tested in, and the environment.
     let (cause, t) = SERVER_CAUSES
         .iter()

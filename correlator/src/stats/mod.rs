@@ -517,7 +517,9 @@ pub fn spearman(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
     Some((rho, norm_sf(z)))
 }
 
+mod fisher;
 mod ks;
+pub use fisher::fisher_greater;
 pub use ks::ks_greater;
 pub mod periodicity;
 pub mod sequential;

@@ -293,3 +293,38 @@ fn ks_greater_matches_scipy_exact() {
         );
     }
 }
+
+#[derive(serde::Deserialize)]
+struct FisherCase {
+    a: u64,
+    n: u64,
+    b: u64,
+    m: u64,
+    p_value: f64,
+}
+
+#[derive(serde::Deserialize)]
+struct FisherFixture {
+    cases: Vec<FisherCase>,
+}
+
+#[test]
+fn fisher_greater_matches_scipy() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fisher.json");
+    let fixture: FisherFixture =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json");
+    assert!(fixture.cases.len() >= 15);
+    for c in &fixture.cases {
+        let p = super::fisher_greater(c.a, c.n, c.b, c.m);
+        assert!(
+            (p - c.p_value).abs() <= 1e-9 * c.p_value + 1e-12,
+            "{} of {} vs {} of {}: p {p} vs scipy {}",
+            c.a,
+            c.n,
+            c.b,
+            c.m,
+            c.p_value
+        );
+    }
+    assert!(super::fisher_greater(3, 2, 0, 5).is_nan());
+}

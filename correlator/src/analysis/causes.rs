@@ -370,7 +370,7 @@ struct Dominance {
 
 impl Dominance {
     fn of(kind: CauseKind, episodes: &[Episode], baseline: &[TimeAccount]) -> Self {
-        let dominated = |a: &TimeAccount| families::key(a).0 == kind;
+        let dominated = |a: &TimeAccount| families::dominant(a).0 == kind;
         let e = episodes.iter().filter(|e| dominated(&e.account)).count() as u64;
         let w = baseline.iter().filter(|a| dominated(a)).count() as u64;
         let (n, m) = (episodes.len() as u64, baseline.len() as u64);

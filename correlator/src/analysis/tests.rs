@@ -301,6 +301,32 @@ fn waiting_through_softirq_work_is_softirq_not_preemption() {
     );
 }
 
+/// A mapped file read back faults both ways in one stall: blocked for the
+/// readahead's I/O, then handling minor faults on the pages it brought
+/// in. One long stall with more of the latter, among stalls with more of
+/// the former, is still the same family: major faults.
+#[test]
+fn a_stall_of_both_fault_kinds_joins_its_fault_family() {
+    let mut s = Synth::new(10_000.0, 5);
+    for (i, at) in sporadic_times(10, 5).into_iter().enumerate() {
+        let (blocked, on_cpu) = if i == 4 {
+            (12 * MS, 18 * MS)
+        } else {
+            (7 * MS, 3 * MS)
+        };
+        s.stall(at, blocked + on_cpu);
+        s.blocked(SERVER, at, blocked, Site::Fault, None);
+        s.on_cpu(SERVER, at + blocked, on_cpu, &[], 1.0);
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    let faults: Vec<_> = a.families.iter().filter(|f| !f.environment).collect();
+    assert_eq!(faults.len(), 1, "{:#?}", a.families);
+    assert_eq!(faults[0].cause, CauseKind::MajorFaults);
+    assert_eq!(faults[0].episodes.len(), 10);
+    assert_verdict(&a, Signature::Sporadic, CauseKind::MajorFaults);
+}
+
 #[test]
 fn major_faults_and_migrations() {
     let mut s = Synth::new(10_000.0, 5);

@@ -193,7 +193,7 @@ fn knob_for(
         CauseKind::Queueing => Plan::NotConfirmable {
             reason: "capacity, not a setting: re-measure at a lower rate".into(),
         },
-        CauseKind::Steal | CauseKind::Idle => Plan::NotConfirmable {
+        CauseKind::Steal | CauseKind::Idle | CauseKind::CpuWakeup => Plan::NotConfirmable {
             reason: "the environment, not the server".into(),
         },
     }

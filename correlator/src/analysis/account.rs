@@ -287,9 +287,10 @@ impl<'a> Accounts<'a> {
                 OffKind::Runnable => {
                     s.runnable += o;
                     if r.next_pid == 0 {
+                        // The idle task is nobody to name as a neighbour:
+                        // this is the CPU's wake-up (`runnable_idle_ns`).
                         s.runnable_idle += o;
-                    }
-                    if !r.next_comm.is_empty() {
+                    } else if !r.next_comm.is_empty() {
                         let who = format!("{} (pid {})", r.next_comm, r.next_pid);
                         *s.by_runner.entry(who).or_default() += o;
                     }

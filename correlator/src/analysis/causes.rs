@@ -66,6 +66,10 @@ pub enum CauseKind {
     Queueing,
     /// The hypervisor took the CPU (environment).
     Steal,
+    /// Runnable while its CPU ran only the idle task: the CPU was slow to
+    /// start running it (the host scheduling an idle vCPU back, a deep
+    /// C-state's exit). Nobody to stop or pin away from (environment).
+    CpuWakeup,
     /// The server waited for work: the delay happened before the requests
     /// reached it (environment).
     Idle,
@@ -75,7 +79,10 @@ impl CauseKind {
     /// Whether this is something the server did or suffered, as opposed to
     /// the environment it ran in.
     pub fn is_server(self) -> bool {
-        !matches!(self, CauseKind::Steal | CauseKind::Idle)
+        !matches!(
+            self,
+            CauseKind::Steal | CauseKind::Idle | CauseKind::CpuWakeup
+        )
     }
 
     pub fn name(self) -> &'static str {
@@ -92,6 +99,7 @@ impl CauseKind {
             CauseKind::Queueing => "queueing",
             CauseKind::Steal => "steal",
             CauseKind::Idle => "idle",
+            CauseKind::CpuWakeup => "cpu_wakeup",
         }
     }
 
@@ -119,7 +127,8 @@ impl CauseKind {
             CauseKind::PageFaults => a.fault_ns,
             CauseKind::MajorFaults => a.blocked_fault_ns,
             CauseKind::Migrations => a.migration_ns,
-            CauseKind::Preemption => a.runnable_ns,
+            // Waiting while the idle task had the CPU is not a neighbour's.
+            CauseKind::Preemption => a.runnable_ns.saturating_sub(a.runnable_idle_ns),
             CauseKind::Blocking => {
                 a.blocked_lock_ns + a.blocked_io_ns + a.blocked_sleep_ns + a.blocked_other_ns
             }
@@ -129,6 +138,7 @@ impl CauseKind {
             CauseKind::OnCpu | CauseKind::Queueing => a.on_cpu_user_ns,
             CauseKind::Steal => a.steal_ns,
             CauseKind::Idle => a.idle_ns,
+            CauseKind::CpuWakeup => a.runnable_idle_ns,
         }
     }
 
@@ -155,6 +165,7 @@ impl CauseKind {
             CauseKind::OnCpu => "profile the server's threads during episodes (perf record -t TID) and re-measure after changing what runs there".into(),
             CauseKind::Queueing => "re-measure at a lower rate or with more capacity (workers, cores); the tail should shrink if it is queueing".into(),
             CauseKind::Steal => "not the server's doing: move to dedicated vCPUs or a less contended host, and re-measure".into(),
+            CauseKind::CpuWakeup => "not the server's doing: on a VM, dedicated vCPUs or a less contended host; on bare metal, keep the server's CPUs out of deep C-states (e.g. a cpu_dma_latency / PM QoS request); re-measure".into(),
             CauseKind::Idle => "look before the server: the client or load generator (late sends), the network, the host; measure server-side latency (--syscalls) beside client-side".into(),
         }
     }
@@ -317,7 +328,7 @@ pub fn rank(
             stacks: Vec::new(),
         });
     }
-    for kind in [CauseKind::Idle, CauseKind::Steal] {
+    for kind in [CauseKind::Idle, CauseKind::Steal, CauseKind::CpuWakeup] {
         let share = share_of(kind);
         if share > 0.0 {
             let (evidence, detail) = evidence(kind, episodes, share, total);
@@ -478,6 +489,12 @@ fn evidence(
         CauseKind::Steal => (
             format!(
                 "the hypervisor took the CPU while the serving thread ran (steal from its run queue): {base}"
+            ),
+            None,
+        ),
+        CauseKind::CpuWakeup => (
+            format!(
+                "{thread} was runnable while its CPU ran only the idle task (the host scheduling the vCPU back, or a deep C-state's exit): {base}"
             ),
             None,
         ),

@@ -155,17 +155,11 @@ pub(super) fn dominant(a: &TimeAccount) -> (CauseKind, Option<String>) {
     // The server categories the causes are tested in, and the environment.
     let (cause, t) = SERVER_CAUSES
         .iter()
-        .chain(&[CauseKind::Steal, CauseKind::Idle])
+        .chain(&[CauseKind::Steal, CauseKind::Idle, CauseKind::CpuWakeup])
         .map(|&c| (c, c.time(a)))
         .max_by_key(|&(c, t)| (t, std::cmp::Reverse(c)))
         .unwrap_or((CauseKind::Idle, 0));
     if a.unexplained_ns > t {
-        return (CauseKind::Idle, None);
-    }
-    // Waiting for a CPU that went idle: no neighbour to stop or pin away
-    // from (a 37-request host stall once led a p99.9 run's server
-    // families as "preemption (swapper/0)").
-    if cause == CauseKind::Preemption && 2 * a.runnable_idle_ns > a.runnable_ns {
         return (CauseKind::Idle, None);
     }
     let detail = match cause {

@@ -69,7 +69,7 @@ impl PathCategory {
                 Blocked(Site::Lock | Site::Io | Site::Sleep | Site::Other)
             ),
             CauseKind::Preemption => self == Runnable,
-            CauseKind::Hardirq | CauseKind::Steal | CauseKind::Idle => false,
+            CauseKind::Hardirq | CauseKind::Steal | CauseKind::Idle | CauseKind::CpuWakeup => false,
         }
     }
 

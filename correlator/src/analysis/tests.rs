@@ -556,7 +556,21 @@ fn waiting_for_a_cpu_that_went_idle_is_the_environment() {
             .map(families::Family::name)
             .collect::<Vec<_>>()
     );
-    assert_eq!(top(&a), None, "{:#?}", a.classification.causes);
+    // Named as what it is, measured, and no neighbour to pin away from.
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::CpuWakeup),
+        "{:#?}",
+        a.classification.causes
+    );
+    assert!(
+        a.classification
+            .causes
+            .iter()
+            .all(|c| c.cause != CauseKind::Preemption),
+        "{:#?}",
+        a.classification.causes
+    );
 }
 
 #[test]

@@ -204,7 +204,7 @@ pub fn render(r: &Report) -> String {
 /// The episodes' accounts summed: each category's share of episode time,
 /// largest first.
 fn account_line(r: &Report) -> String {
-    let mut sum = [0u64; 13];
+    let mut sum = [0u64; 14];
     let mut total = 0u64;
     for e in &r.episodes {
         let a = &e.account;
@@ -214,7 +214,8 @@ fn account_line(r: &Report) -> String {
             a.syscall_ns,
             a.fault_ns,
             a.migration_ns,
-            a.runnable_ns,
+            a.runnable_ns.saturating_sub(a.runnable_idle_ns),
+            a.runnable_idle_ns,
             a.blocked_lock_ns,
             a.blocked_io_ns,
             a.blocked_fault_ns,
@@ -228,12 +229,13 @@ fn account_line(r: &Report) -> String {
             *s += v;
         }
     }
-    const NAMES: [&str; 13] = [
+    const NAMES: [&str; 14] = [
         "user code",
         "syscalls",
         "fault handling",
         "migration",
         "runnable",
+        "CPU wake-up",
         "lock",
         "io",
         "major faults",

@@ -339,7 +339,9 @@ live_test! {
     /// within one sample period and a tenth (measured here without timer
     /// silence: 1.7-2.8 ms stalls with 10-20 µs of IRQ time and nothing
     /// else, booked as the thread's own user time); and steal is never
-    /// booked where the spinner lost no time. Stalls the timer did
+    /// more than the spinner lost where it was booked (every step of
+    /// 1 µs or more: fresh50's host reported steal of 10-60 µs many
+    /// times, 1.05 ms in all, away from any long step). Stalls the timer did
     /// interrupt (the host held the vCPU inside timer interrupts, which
     /// the probes book as IRQ time) are printed, not asserted: the entry
     /// and exit around each such interrupt are nobody's measured time.
@@ -447,21 +449,36 @@ live_test! {
                     .collect::<Vec<_>>()
             );
         }
-        // Steal booked in buckets where the spinner lost no time at all.
-        let near_gap = |epoch: u64| {
-            long.iter().any(|&(s, e)| {
-                epoch + 1 >= s.saturating_sub(bucket) / bucket
-                    && epoch <= (e + period + bucket) / bucket
-            })
+        // Steal beyond the time the spinner lost around where it was
+        // booked: silence is booked at the sample after the gap, and the
+        // run queue's steal clock moves at ticks, so its report of a stall
+        // comes up to the 10 ms silence credit after it. Every step the
+        // spinner took of 1 µs or more counts (the steal clock reports
+        // steal of 10-60 µs here, far below a long step). And in all, no
+        // more steal than the spinner lost: one stall is not booked twice.
+        let steps: Vec<(u64, u64)> =
+            serde_json::from_value(spin["steps"].clone()).expect("spin steps");
+        assert!(steps.len() < 100_000, "every step listed ({})", steps.len());
+        let lost_in = |from: u64, to: u64| -> u64 {
+            let i = steps.partition_point(|&(_, e)| e <= from);
+            steps[i..]
+                .iter()
+                .take_while(|&&(s, _)| s < to)
+                .map(|&(s, e)| e.min(to) - s.max(from))
+                .sum()
         };
         let stray: u64 = run
             .thread_accounts
             .iter()
-            .filter(|a| !near_gap(a.epoch))
-            .map(|a| a.ns[steal])
+            .filter(|a| a.ns[steal] > 0)
+            .map(|a| {
+                let end = (a.epoch + 1) * bucket;
+                let lost = lost_in((a.epoch * bucket).saturating_sub(10_000_000 + 3 * period), end);
+                a.ns[steal].saturating_sub(lost)
+            })
             .sum();
         eprintln!(
-            "{} silent stalls ≥ 2.1 ms, {:.1} ms lost, {:.1} ms unexplained; timer silence {} × {:.1} ms; steal away from any stall {:.3} ms",
+            "{} silent stalls ≥ 2.1 ms, {:.1} ms lost, {:.1} ms unexplained; timer silence {} × {:.1} ms; steal beyond the spinner's lost time {:.3} ms",
             long.iter().filter(seen).count(),
             lost_total as f64 / 1e6,
             unexplained_total as f64 / 1e6,
@@ -473,9 +490,17 @@ live_test! {
             run.durations.timer_silence_ns <= spin["long_gap_ns"].as_u64().expect("long_gap_ns"),
             "more timer silence than the spinner lost"
         );
+        let booked: u64 = run.thread_accounts.iter().map(|a| a.ns[steal]).sum();
+        let lost_all: u64 = steps.iter().map(|&(s, e)| e - s).sum();
+        assert!(
+            booked <= lost_all + period,
+            "{:.2} ms of steal booked, the spinner lost {:.2} ms in all",
+            booked as f64 / 1e6,
+            lost_all as f64 / 1e6
+        );
         assert!(
             stray <= period,
-            "{:.2} ms of steal where the spinner lost no time",
+            "{:.2} ms of steal beyond the time the spinner lost where it was booked",
             stray as f64 / 1e6
         );
     }

@@ -135,6 +135,10 @@ pub struct SpinGaps {
     /// The long steps as (start, end), CLOCK_MONOTONIC ns (the probes'
     /// clock), the first [`SpinGaps::MAX_LISTED`].
     pub long: Vec<(u64, u64)>,
+    /// Every step of at least [`SpinGaps::MIN_GAP_NS`], the first
+    /// [`SpinGaps::MAX_STEPS`]: where steal shorter than a long step
+    /// (10-60 µs of the steal clock, here) can be checked against.
+    pub steps: Vec<(u64, u64)>,
 }
 
 impl SpinGaps {
@@ -143,6 +147,8 @@ impl SpinGaps {
     pub const MIN_GAP_NS: u64 = 1_000;
     pub const LONG_GAP_NS: u64 = 200_000;
     pub const MAX_LISTED: usize = 10_000;
+    /// A timer interrupt a millisecond for 20 s and the scheduler's ticks.
+    pub const MAX_STEPS: usize = 100_000;
 
     fn add(&mut self, from: u64, to: u64) {
         let step = to.saturating_sub(from);
@@ -151,6 +157,9 @@ impl SpinGaps {
         }
         self.gaps += 1;
         self.gap_ns += step;
+        if self.steps.len() < Self::MAX_STEPS {
+            self.steps.push((from, to));
+        }
         if step >= Self::LONG_GAP_NS {
             self.long_gaps += 1;
             self.long_gap_ns += step;

@@ -74,14 +74,19 @@ live_test! {
 }
 
 live_test! {
-    /// A 3 ms stall every 10,000 requests on a µs-scale server at
-    /// 10,000 req/s: a few tenths of a percent of requests, below what can
-    /// move p99, found and named at `--percentile 99.9`.
+    /// A rare stall on a µs-scale server, found and named at
+    /// `--percentile 99.9`: 25 ms every 20,000 requests at 5,000 req/s
+    /// (ten stalls, a few tenths of a percent of the requests). Sized to
+    /// the host: the 3 ms every 10,000 at 10,000 req/s assumed a
+    /// p99 under 1 ms, but this VM's host stalls made p99 2.3-20 ms and
+    /// p99.9 11-51 ms at that rate (fresh50 and three runs after it), so
+    /// the host, not a 3 ms stall, set the p99.9 and the run said so
+    /// (signature none: "the tail is the environment's").
     fn rare_stall_is_found_at_p999() {
         let dir = scratch("families-p999");
         let (server, addr) = crate::util::helper_server(
             "testserver",
-            &["--stall-every", "10000", "--stall", "3ms"],
+            &["--stall-every", "20000", "--stall", "25ms"],
         );
         let _ = Command::new("taskset")
             .args(["-apc", "0", &server.0.id().to_string()])
@@ -89,8 +94,8 @@ live_test! {
         let report = run_report(
             server.0.id(),
             &format!("tcp://{addr}"),
-            10_000,
-            "20s",
+            5_000,
+            "40s",
             &dir,
             &["--percentile".as_ref(), "99.9".as_ref()],
         );

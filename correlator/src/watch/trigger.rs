@@ -155,8 +155,8 @@ mod tests {
 /// on this VM armed reports at p = 2.3e-3 and 5.2e-4 while the injected
 /// causes reached 1e-9 and below. So the level is corrected again, over the
 /// day's independent windows (looks within one `--keep` window share their
-/// data): α = 0.05 / causes / (86,400 s / keep), 3.9e-6 with nine causes
-/// and the default one-minute window: at most one false report in about
+/// data): α = 0.05 / tests / (86,400 s / keep), 1.9e-6 with nine causes
+/// tested two ways each and the default one-minute window: at most one false report in about
 /// twenty days of watching if the test's assumptions hold. The `--slo` trigger is the
 /// way to be told of smaller effects.
 pub fn cause_alpha(keep: std::time::Duration, causes: usize) -> f64 {

@@ -139,6 +139,10 @@ pub struct SpinGaps {
     /// [`SpinGaps::MAX_STEPS`]: where steal shorter than a long step
     /// (10-60 µs of the steal clock, here) can be checked against.
     pub steps: Vec<(u64, u64)>,
+    /// The loop's first and last clock reads: outside them (pinning,
+    /// writing this report) the thread did other work, unwatched.
+    pub start_ns: u64,
+    pub end_ns: u64,
 }
 
 impl SpinGaps {
@@ -318,13 +322,18 @@ fn work(args: &WorkloadArgs, major: Option<&MajorFile>, page: usize) -> Result<O
     if args.spin_ms > 0 {
         pin(args.spin_cpu)?;
         let end = crate::clock::monotonic_ns() + args.spin_ms * 1_000_000;
-        let mut gaps = SpinGaps::default();
+        let mut gaps = SpinGaps {
+            steps: Vec::with_capacity(SpinGaps::MAX_STEPS),
+            ..SpinGaps::default()
+        };
         let mut last = crate::clock::monotonic_ns();
+        gaps.start_ns = last;
         while last < end {
             let now = crate::clock::monotonic_ns();
             gaps.add(last, now);
             last = now;
         }
+        gaps.end_ns = last;
         return Ok(Some(gaps));
     }
     Ok(None)

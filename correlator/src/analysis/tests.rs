@@ -8,7 +8,7 @@ use correlator_common::{Account, Counter};
 use super::*;
 use crate::{
     harness::timelines::{MS, SERVER, Synth, T0, US},
-    timeline::{SyscallSpan, syscalls::Site},
+    timeline::syscalls::Site,
 };
 
 fn run(s: Synth) -> Analysis {
@@ -372,17 +372,8 @@ fn kernel_time_in_one_syscall_names_it() {
     for at in sporadic_times(8, 5) {
         s.stall(at, 20 * MS);
         s.on_cpu(SERVER, at, 20 * MS, &[], 0.0);
-        s.syscalls.push(SyscallSpan {
-            tid: SERVER,
-            nr: 56,
-            start_ns: at,
-            end_ns: at + 19 * MS,
-            offcpu_ns: 0,
-            irq_ns: 0,
-            steal_ns: 0,
-            // Really on the CPU: the sampling timer saw it every period.
-            samples: Some(19),
-        });
+        // Really on the CPU: the sampling timer saw it every period.
+        s.long_syscall(SERVER, 56, at, 19 * MS, 19);
     }
     s.ordinary_sleeps(SERVER);
     let a = run(s);
@@ -406,16 +397,7 @@ fn syscall_time_the_sampling_timer_did_not_see_is_the_environments() {
         for at in sporadic_times(16, 5) {
             s.stall(at, 5 * MS);
             s.on_cpu(SERVER, at, 5 * MS, &[], 0.0);
-            s.syscalls.push(SyscallSpan {
-                tid: SERVER,
-                nr: 232,
-                start_ns: at,
-                end_ns: at + 5 * MS,
-                offcpu_ns: 0,
-                irq_ns: 0,
-                steal_ns: 0,
-                samples: Some(samples),
-            });
+            s.long_syscall(SERVER, 232, at, 5 * MS, samples);
         }
         s.ordinary_sleeps(SERVER);
         run(s)

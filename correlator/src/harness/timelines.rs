@@ -155,6 +155,21 @@ impl Synth {
         self.stalls.push((at, len));
     }
 
+    /// A syscall `nr` on the CPU from `at` for `len`, never off it, in
+    /// which the sampling timer took `samples` of the thread's samples.
+    pub fn long_syscall(&mut self, tid: u32, nr: u32, at: u64, len: u64, samples: u32) {
+        self.syscalls.push(SyscallSpan {
+            tid,
+            nr,
+            start_ns: at,
+            end_ns: at + len,
+            offcpu_ns: 0,
+            irq_ns: 0,
+            steal_ns: 0,
+            samples: Some(samples),
+        });
+    }
+
     pub fn events(&mut self, at: u64, c: Counter, n: u64) {
         self.buckets.entry(at >> SHIFT).or_insert([0; NUM_COUNTERS])[c as usize] += n;
     }

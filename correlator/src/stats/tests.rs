@@ -13,21 +13,25 @@ struct Case {
     p_value: f64,
 }
 
+/// A fixture's cases: `{"cases": [...]}` in tests/fixtures/`name`,
+/// written by the `gen_*.py` beside it.
 #[derive(serde::Deserialize)]
-struct Fixture {
-    cases: Vec<Case>,
+struct Fixture<C> {
+    cases: Vec<C>,
+}
+
+fn cases<C: serde::de::DeserializeOwned>(name: &str) -> Vec<C> {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let fixture: Fixture<C> = serde_json::from_str(&text).expect("fixture json");
+    fixture.cases
 }
 
 #[test]
 fn mann_whitney_matches_scipy() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/mannwhitneyu.json"
-    );
-    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture"))
-        .expect("fixture json");
-    assert!(fixture.cases.len() >= 20);
-    for c in &fixture.cases {
+    let cases: Vec<Case> = cases("mannwhitneyu.json");
+    assert!(cases.len() >= 20);
+    for c in &cases {
         let method = if c.method == "exact" {
             Method::Exact
         } else {
@@ -272,18 +276,11 @@ struct KsCase {
     p_value: f64,
 }
 
-#[derive(serde::Deserialize)]
-struct KsFixture {
-    cases: Vec<KsCase>,
-}
-
 #[test]
 fn ks_greater_matches_scipy_exact() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/ks.json");
-    let fixture: KsFixture =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json");
-    assert!(fixture.cases.len() >= 20);
-    for c in &fixture.cases {
+    let cases: Vec<KsCase> = cases("ks.json");
+    assert!(cases.len() >= 20);
+    for c in &cases {
         let p = ks_greater(&c.a, &c.b);
         assert!(
             (p - c.p_value).abs() <= 1e-7 * c.p_value + 1e-15,
@@ -303,18 +300,11 @@ struct FisherCase {
     p_value: f64,
 }
 
-#[derive(serde::Deserialize)]
-struct FisherFixture {
-    cases: Vec<FisherCase>,
-}
-
 #[test]
 fn fisher_greater_matches_scipy() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fisher.json");
-    let fixture: FisherFixture =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json");
-    assert!(fixture.cases.len() >= 15);
-    for c in &fixture.cases {
+    let cases: Vec<FisherCase> = cases("fisher.json");
+    assert!(cases.len() >= 15);
+    for c in &cases {
         let p = super::fisher_greater(c.a, c.n, c.b, c.m);
         assert!(
             (p - c.p_value).abs() <= 1e-9 * c.p_value + 1e-12,

@@ -402,7 +402,17 @@ impl Watcher {
             .causes
             .iter()
             .filter(|c| c.cause.is_server());
-        match server.clone().find(strong) {
+        // When the environment's causes lead (its family holds more of the
+        // tail than any server family, and none would lead without it), a
+        // server cause is not why the tail moved: fresh51/52's clean
+        // minutes armed reports on softirq (KS p = 1.2e-8) whose report
+        // then led with steal.
+        let environment_leads = report
+            .classification
+            .causes
+            .first()
+            .is_some_and(|c| !c.cause.is_server());
+        match server.clone().find(strong).filter(|_| !environment_leads) {
             Some(c) => self.arm(
                 now,
                 Trigger::Cause {
@@ -414,7 +424,7 @@ impl Watcher {
             None => {
                 if let Some(c) = server.clone().next() {
                     log::info!(
-                        "check: {} (p = {:.1e}) not enough for a report (needs p < {alpha:.1e}, see cause_alpha, and to head a server family)",
+                        "check: {} (p = {:.1e}) not enough for a report (needs p < {alpha:.1e}, see cause_alpha, to head a server family, and the environment not to lead the tail)",
                         c.cause.name(),
                         c.p_value.unwrap_or(1.0)
                     );

@@ -79,10 +79,7 @@ impl CauseKind {
     /// Whether this is something the server did or suffered, as opposed to
     /// the environment it ran in.
     pub fn is_server(self) -> bool {
-        !matches!(
-            self,
-            CauseKind::Steal | CauseKind::Idle | CauseKind::CpuWakeup
-        )
+        !ENVIRONMENT_CAUSES.contains(&self)
     }
 
     pub fn name(self) -> &'static str {
@@ -191,6 +188,11 @@ pub(crate) const SERVER_CAUSES: [CauseKind; 9] = [
     CauseKind::OnCpu,
 ];
 
+/// The environment's categories: measured and listed with their share,
+/// never claims about the server.
+pub(crate) const ENVIRONMENT_CAUSES: [CauseKind; 3] =
+    [CauseKind::Idle, CauseKind::Steal, CauseKind::CpuWakeup];
+
 /// Significance level of a cause claim, before correction.
 pub const ALPHA: f64 = 0.05;
 
@@ -273,6 +275,14 @@ pub fn rank(
     };
     // Two tests per category: KS on shares, Fisher on dominance.
     let alpha = stats::bonferroni(ALPHA, 2 * SERVER_CAUSES.len());
+    // Each window's dominant category, once (the Fisher test counts them
+    // for every category).
+    let dominant_in_episodes: Vec<CauseKind> = episodes
+        .iter()
+        .map(|e| families::dominant(&e.account).0)
+        .collect();
+    let dominant_in_baseline: Vec<CauseKind> =
+        baseline.iter().map(|a| families::dominant(a).0).collect();
     let mut causes = Vec::new();
     let mut not_significant = Vec::new();
     for kind in SERVER_CAUSES {
@@ -287,7 +297,7 @@ pub fn rank(
         } else {
             stats::ks_greater(&in_episodes, &in_baseline)
         };
-        let dominance = Dominance::of(kind, episodes, baseline);
+        let dominance = Dominance::of(kind, &dominant_in_episodes, &dominant_in_baseline);
         let p = ks.min(dominance.p_value);
         // Queueing's evidence is the load test of the signature, not a
         // comparison with the baseline windows.
@@ -328,7 +338,7 @@ pub fn rank(
             stacks: Vec::new(),
         });
     }
-    for kind in [CauseKind::Idle, CauseKind::Steal, CauseKind::CpuWakeup] {
+    for kind in ENVIRONMENT_CAUSES {
         let share = share_of(kind);
         if share > 0.0 {
             let (evidence, detail) = evidence(kind, episodes, share, total);
@@ -380,10 +390,10 @@ struct Dominance {
 }
 
 impl Dominance {
-    fn of(kind: CauseKind, episodes: &[Episode], baseline: &[TimeAccount]) -> Self {
-        let dominated = |a: &TimeAccount| families::dominant(a).0 == kind;
-        let e = episodes.iter().filter(|e| dominated(&e.account)).count() as u64;
-        let w = baseline.iter().filter(|a| dominated(a)).count() as u64;
+    /// `episodes` and `baseline`: each window's dominant category.
+    fn of(kind: CauseKind, episodes: &[CauseKind], baseline: &[CauseKind]) -> Self {
+        let count = |v: &[CauseKind]| v.iter().filter(|&&c| c == kind).count() as u64;
+        let (e, w) = (count(episodes), count(baseline));
         let (n, m) = (episodes.len() as u64, baseline.len() as u64);
         Self {
             episodes: e,

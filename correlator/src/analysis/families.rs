@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     Episode, LatencyReport,
     account::TimeAccount,
-    causes::{CauseKind, SERVER_CAUSES},
+    causes::{CauseKind, ENVIRONMENT_CAUSES, SERVER_CAUSES},
     episodes,
     signature::Signature,
 };
@@ -155,7 +155,7 @@ pub(super) fn dominant(a: &TimeAccount) -> (CauseKind, Option<String>) {
     // The server categories the causes are tested in, and the environment.
     let (cause, t) = SERVER_CAUSES
         .iter()
-        .chain(&[CauseKind::Steal, CauseKind::Idle, CauseKind::CpuWakeup])
+        .chain(&ENVIRONMENT_CAUSES)
         .map(|&c| (c, c.time(a)))
         .max_by_key(|&(c, t)| (t, std::cmp::Reverse(c)))
         .unwrap_or((CauseKind::Idle, 0));

@@ -322,12 +322,12 @@ fn work(args: &WorkloadArgs, major: Option<&MajorFile>, page: usize) -> Result<O
     if args.spin_ms > 0 {
         pin(args.spin_cpu)?;
         let end = crate::clock::monotonic_ns() + args.spin_ms * 1_000_000;
+        let mut last = crate::clock::monotonic_ns();
         let mut gaps = SpinGaps {
             steps: Vec::with_capacity(SpinGaps::MAX_STEPS),
+            start_ns: last,
             ..SpinGaps::default()
         };
-        let mut last = crate::clock::monotonic_ns();
-        gaps.start_ns = last;
         while last < end {
             let now = crate::clock::monotonic_ns();
             gaps.add(last, now);

@@ -169,8 +169,10 @@ pub(crate) fn window_restart(st: &mut ThreadState, ts: u64) {
     st.window_away_ns = 0;
 }
 
-/// Books timer silence as steal (counted in the totals), creditable
-/// against the steal clock.
+/// Books timer silence in its own slot (counted in the totals), not as
+/// steal: a silent timer is a vCPU stall or a late host timer (see
+/// [`Account::TimerSilence`]). Creditable against the steal clock, which
+/// may report the same stall later.
 #[inline(always)]
 pub(crate) fn silence_add(st: &mut ThreadState, ts: u64, silent: u64) {
     total_add(Total::TimerSilences);
@@ -180,20 +182,26 @@ pub(crate) fn silence_add(st: &mut ThreadState, ts: u64, silent: u64) {
     }
     st.silence_credit_ns += silent;
     st.silence_credit_ts = ts;
-    steal_add(st, ts, silent);
+    environment_add(st, ts, Account::TimerSilence, silent);
 }
 
-/// Books time the hypervisor took the CPU from the running thread; inside
-/// a syscall it is not the call's own work either.
+/// Books time the hypervisor took the CPU from the running thread.
 #[inline(always)]
 pub(crate) fn steal_add(st: &mut ThreadState, ts: u64, stolen: u64) {
-    if stolen == 0 {
+    environment_add(st, ts, Account::Steal, stolen);
+}
+
+/// Books the environment's time while the thread was on the CPU (steal,
+/// timer silence); inside a syscall it is not the call's own work either.
+#[inline(always)]
+fn environment_add(st: &mut ThreadState, ts: u64, slot: Account, ns: u64) {
+    if ns == 0 {
         return;
     }
     if st.syscall != 0 {
-        st.sys_steal_ns += stolen;
+        st.sys_steal_ns += ns;
     }
-    acct_add(st, ts, Account::Steal, stolen);
+    acct_add(st, ts, slot, ns);
 }
 
 /// Time the CPU's sampling timer was silent between two samples of the

@@ -292,9 +292,10 @@ pub const ACCOUNT_NAMES: [&str; correlator_common::NUM_ACCOUNT] = [
     "samples_syscall",
     "samples_fault",
     "samples_irq",
+    "timer_silence",
 ];
 
-const _: () = assert!(correlator_common::Account::SamplesIrq as usize == ACCOUNT_NAMES.len() - 1);
+const _: () = assert!(correlator_common::Account::TimerSilence as usize == ACCOUNT_NAMES.len() - 1);
 
 /// Name of each counter slot in run files.
 pub fn counter_name(c: Counter) -> &'static str {

@@ -335,13 +335,17 @@ live_test! {
     /// sure to see) in which the probes took no sample of it (the timer
     /// was silent; `--stacks` records each sample's time) must be explained
     /// by the probes' account of the thread around it (steal from the
-    /// steal clock or the silent timer, IRQ time, time off the CPU) to
+    /// steal clock, timer silence, IRQ time, time off the CPU) to
     /// within one sample period and a tenth (measured here without timer
     /// silence: 1.7-2.8 ms stalls with 10-20 µs of IRQ time and nothing
-    /// else, booked as the thread's own user time); and steal is never
-    /// more than the spinner lost where it was booked (every step of
-    /// 1 µs or more: fresh50's host reported steal of 10-60 µs many
-    /// times, 1.05 ms in all, away from any long step). Stalls the timer did
+    /// else, booked as the thread's own user time); and steal (the steal
+    /// clock's) is never more than the spinner lost where it was booked
+    /// (every step of 1 µs or more: fresh50's host reported steal of
+    /// 10-60 µs many times, 1.05 ms in all, away from any long step).
+    /// Timer silence is booked apart, not as steal: fresh52's run had
+    /// 290 ms of it where the spinner lost 30 ms (the host delivered the
+    /// timer late while the vCPU ran), so it is printed beside what the
+    /// spinner lost, not held to it. Stalls the timer did
     /// interrupt (the host held the vCPU inside timer interrupts, which
     /// the probes book as IRQ time) are printed, not asserted: the entry
     /// and exit around each such interrupt are nobody's measured time.
@@ -376,6 +380,7 @@ live_test! {
             "hardirq_wait",
             "softirq_wait",
             "runnable",
+            "timer_silence",
         ]
         .map(slot);
         let steal = slot("steal");
@@ -493,9 +498,16 @@ live_test! {
             run.durations.timer_silence_ns as f64 / 1e6,
             stray as f64 / 1e6
         );
-        assert!(
-            run.durations.timer_silence_ns <= spin["long_gap_ns"].as_u64().expect("long_gap_ns"),
-            "more timer silence than the spinner lost"
+        let silence: u64 = run
+            .thread_accounts
+            .iter()
+            .filter(|a| inside(a.epoch))
+            .map(|a| a.ns[slot("timer_silence")])
+            .sum();
+        eprintln!(
+            "timer silence booked in the loop {:.1} ms; the spinner lost {:.1} ms in steps of 2.1 ms or more",
+            silence as f64 / 1e6,
+            spin["long_gap_ns"].as_u64().expect("long_gap_ns") as f64 / 1e6
         );
         let booked: u64 = run
             .thread_accounts

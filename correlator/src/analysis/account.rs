@@ -84,10 +84,15 @@ pub struct TimeAccount {
     pub idle_ns: u64,
     pub hardirq_ns: u64,
     pub softirq_ns: u64,
-    /// Stolen by the hypervisor while the thread was on the CPU: the run
-    /// queue's steal clock, and time its sampling timer was silent
-    /// (between samples, and inside long syscalls).
+    /// The environment's time while the thread was on the CPU: steal the
+    /// run queue's steal clock reported, and `timer_silence_ns`.
     pub steal_ns: u64,
+    /// The part of `steal_ns` in which the thread's sampling timer was
+    /// silent (between samples, and inside long syscalls): the vCPU held
+    /// by the host without steal reported, or the guest's timer delivered
+    /// late while it ran; a guest cannot tell which.
+    #[serde(default)]
+    pub timer_silence_ns: u64,
     /// Window time the measurements above do not cover.
     pub unexplained_ns: u64,
     /// Measured share of the window (everything but `unexplained_ns`).
@@ -341,7 +346,9 @@ impl<'a> Accounts<'a> {
             slot(Account::SoftIrq) + (irq_wait - hardirq_wait.min(irq_wait)),
         );
         let on_cpu = slot(Account::OnCpu);
-        let steal = (slot(Account::Steal) + s.syscall_silent).min(on_cpu);
+        let steal =
+            (slot(Account::Steal) + slot(Account::TimerSilence) + s.syscall_silent).min(on_cpu);
+        let timer_silence = (slot(Account::TimerSilence) + s.syscall_silent).min(steal);
         let migration_on = slot(Account::MigrationCpu) + s.migration_on;
         let syscall =
             (slot(Account::SyscallCpu) - slot(Account::MigrationCpu)).max(0.0) + s.syscall_on;
@@ -410,6 +417,7 @@ impl<'a> Accounts<'a> {
             hardirq_ns: hardirq as u64,
             softirq_ns: softirq as u64,
             steal_ns: steal as u64,
+            timer_silence_ns: timer_silence as u64,
             unexplained_ns: 0,
             explained_share: 0.0,
         };

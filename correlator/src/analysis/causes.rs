@@ -498,7 +498,7 @@ fn evidence(
         ),
         CauseKind::Steal => (
             format!(
-                "the hypervisor took the CPU while the serving thread ran (steal from its run queue): {base}"
+                "the host took the CPU while the serving thread ran (steal from its run queue, and time its sampling timer was silent: a vCPU held without steal reported, or the guest's timer delivered late): {base}"
             ),
             None,
         ),

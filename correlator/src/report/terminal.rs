@@ -204,7 +204,7 @@ pub fn render(r: &Report) -> String {
 /// The episodes' accounts summed: each category's share of episode time,
 /// largest first.
 fn account_line(r: &Report) -> String {
-    let mut sum = [0u64; 14];
+    let mut sum = [0u64; 15];
     let mut total = 0u64;
     for e in &r.episodes {
         let a = &e.account;
@@ -222,14 +222,15 @@ fn account_line(r: &Report) -> String {
             a.blocked_sleep_ns + a.blocked_other_ns,
             a.idle_ns,
             a.hardirq_ns + a.softirq_ns,
-            a.steal_ns,
+            a.steal_ns.saturating_sub(a.timer_silence_ns),
+            a.timer_silence_ns,
             a.unexplained_ns,
         ];
         for (s, v) in sum.iter_mut().zip(parts) {
             *s += v;
         }
     }
-    const NAMES: [&str; 14] = [
+    const NAMES: [&str; 15] = [
         "user code",
         "syscalls",
         "fault handling",
@@ -243,6 +244,7 @@ fn account_line(r: &Report) -> String {
         "idle",
         "IRQs",
         "steal",
+        "timer silence (host)",
         "unexplained",
     ];
     let mut parts: Vec<(u64, &str)> = sum.into_iter().zip(NAMES).filter(|(v, _)| *v > 0).collect();

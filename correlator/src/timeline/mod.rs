@@ -157,7 +157,23 @@ pub struct ThreadAccount {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_syscall: Option<(u32, u64)>,
     /// Indexed by `correlator_common::Account`.
+    #[serde(deserialize_with = "account_slots")]
     pub ns: [u64; NUM_ACCOUNT],
+}
+
+/// Reads a bucket's slots; run files written before a slot was added (new
+/// slots go last) have fewer, the missing ones zero.
+fn account_slots<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[u64; NUM_ACCOUNT], D::Error> {
+    let read = Vec::<u64>::deserialize(d)?;
+    if read.len() > NUM_ACCOUNT {
+        return Err(serde::de::Error::invalid_length(
+            read.len(),
+            &"at most NUM_ACCOUNT account slots",
+        ));
+    }
+    let mut ns = [0; NUM_ACCOUNT];
+    ns[..read.len()].copy_from_slice(&read);
+    Ok(ns)
 }
 
 impl From<&ThreadBucket> for ThreadAccount {

@@ -204,14 +204,15 @@ fn fault_kind(members: &[&Episode]) -> CauseKind {
     }
 }
 
-/// Groups, classifies and ranks the families of `episodes`.
+/// Groups, classifies and ranks the families of `episodes`; with them,
+/// each episode's requests at or above the percentile's value.
 pub fn families(
     episodes: &[Episode],
     latency: &LatencyCapture,
     merged: &Distribution,
     report: &LatencyReport,
     percentile: f64,
-) -> Vec<Family> {
+) -> (Vec<Family>, Vec<u64>) {
     let mut groups: BTreeMap<(bool, CauseKind, Option<String>), Vec<usize>> = BTreeMap::new();
     for (i, e) in episodes.iter().enumerate() {
         let (cause, detail) = family_key(&e.account);
@@ -310,7 +311,8 @@ pub fn families(
             )
         });
     }
-    out
+    let tail_requests = tail.map_or_else(|| vec![0; episodes.len()], |t| t.above_in);
+    (out, tail_requests)
 }
 
 /// The environment's family holds the tail and no server family surely
@@ -785,6 +787,7 @@ mod tests {
             duration_ns: len_ms * 1_000_000,
             excess: BTreeMap::new(),
             account: TimeAccount::default(),
+            tail_requests: 0,
             code_path: None,
         }
     }

@@ -69,6 +69,10 @@ pub struct Episode {
     /// Per event family: observed vs expected from the baseline.
     pub excess: BTreeMap<String, Excess>,
     pub account: TimeAccount,
+    /// Its requests at or above the chosen percentile's value (the tail
+    /// the report leads with).
+    #[serde(default)]
+    pub tail_requests: u64,
     /// `--stacks`: the heaviest code path of the accounted thread in the
     /// episode (idle waits and the probes' own cost aside), with its share
     /// of the episode.
@@ -195,7 +199,11 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         .map(|&(a, b)| accounts.window(a, b))
         .collect();
     let percentile = opts.percentile.unwrap_or(DEFAULT_PERCENTILE);
-    let families = families::families(&episodes, latency, &merged, &latency_report, percentile);
+    let (families, tail_requests) =
+        families::families(&episodes, latency, &merged, &latency_report, percentile);
+    for (e, n) in episodes.iter_mut().zip(tail_requests) {
+        e.tail_requests = n;
+    }
     let mut classification = classify(
         &episodes,
         &baseline_accounts,
@@ -432,6 +440,7 @@ fn episode(w: &Window, kt: &KernelTimeline, baseline: &Baseline, accounts: &Acco
         duration_ns: w.duration_ns(),
         excess,
         account: accounts.window(w.start_ns, w.end_ns),
+        tail_requests: 0,
         code_path: None,
     }
 }

@@ -21,6 +21,9 @@
 //! its fractions they do not). The tail probability of R uses Zar's
 //! small-sample approximation (`rayleigh_p`).
 
+/// Multiples of the best period tried as the real one.
+const MAX_MULTIPLE: usize = 1_000;
+
 /// Result of the search.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Periodicity {
@@ -172,8 +175,14 @@ pub fn periodicity(times: &[f64], min_period: f64, max_period: f64) -> Option<Pe
     // A multiple of the best period nearly as coherent is the real period
     // with cycles the best one "missed" (see the module docs). Each
     // multiple is refined over ±1%, where the best period's error grows.
+    // Every multiple up to the longest period tested, not the first few:
+    // events on an exact timer are as coherent at every fraction of their
+    // period, so the grid's best can be any of them (fresh60: a 300 ms job
+    // whose grid best was near 30 ms reported 150 ms, the largest multiple
+    // of eight or fewer). Bounded for cost; past it the longest coherent
+    // multiple found stands.
     let (best_p, best_z) = (period, n as f64 * r * r);
-    for k in 2..=8 {
+    for k in 2..=MAX_MULTIPLE {
         let base = best_p * k as f64;
         if base > max_period {
             break;
@@ -229,6 +238,18 @@ mod tests {
         assert!(p.p_value < 1e-3, "{p:?}");
         // Uniform ±5 ms: a standard deviation of 2.9 ms.
         assert!(p.jitter_ns / MS < 6.0, "{p:?}");
+    }
+
+    /// An exact timer (fresh60's demo job: 300 ms to the 0.1 ms, a first
+    /// episode clipped by the run's start off its grid) is as coherent at
+    /// 150, 100, 75… 20 ms; the period is the longest of them.
+    #[test]
+    fn an_exact_timer_is_its_longest_coherent_period() {
+        let mut times = vec![0.0];
+        times.extend((0..23).map(|k| (274.4 + 300.0 * k as f64) * MS));
+        let span = times[23] - times[0];
+        let p = periodicity(&times, 20.0 * MS, span / 4.0).expect("tested");
+        assert!((p.period_ns / MS - 300.0).abs() < 0.5, "{p:?}");
     }
 
     #[test]

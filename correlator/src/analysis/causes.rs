@@ -450,6 +450,13 @@ impl Dominance {
     }
 }
 
+/// What kind of faults the kernel counted in the episodes: the time on
+/// the CPU in faults is a major fault's own work as well as a minor's.
+fn fault_counts(episodes: &[Episode]) -> String {
+    let (minor, major) = families::fault_counts(episodes.iter());
+    format!("the kernel counted {minor:.0} minor and {major:.0} major faults in the episodes")
+}
+
 /// The evidence line of a cause, and the detail its experiment names.
 fn evidence(
     kind: CauseKind,
@@ -496,14 +503,18 @@ fn evidence(
                 .sqrt();
             (
                 format!(
-                    "fault handling on the CPU (sampled, ± {} standard error): {base}",
-                    ms(err)
+                    "fault handling on the CPU (sampled, ± {} standard error): {base}; {}",
+                    ms(err),
+                    fault_counts(episodes)
                 ),
                 None,
             )
         }
         CauseKind::MajorFaults => (
-            format!("blocked in page faults waiting for their pages (I/O): {base}"),
+            format!(
+                "blocked in page faults waiting for their pages (I/O): {base}; {}",
+                fault_counts(episodes)
+            ),
             None,
         ),
         CauseKind::Migrations => (

@@ -192,16 +192,32 @@ fn family_key(a: &TimeAccount) -> (CauseKind, Option<String>) {
 }
 
 /// A fault family's kind: major faults when its episodes spent more time
-/// blocked in faults than handling them on the CPU.
+/// blocked in faults than handling them on the CPU, or when the kernel
+/// counted at least as many major faults as minor ones in them (then the
+/// time on the CPU is the major faults' own work too: fresh60's evicted
+/// file took 22,503 major faults and no minor one, 580 ms on the CPU
+/// against 524 ms blocked, and was named `page_faults`).
 fn fault_kind(members: &[&Episode]) -> CauseKind {
     let (blocked, on_cpu) = members.iter().fold((0u64, 0u64), |(b, c), e| {
         (b + e.account.blocked_fault_ns, c + e.account.fault_ns)
     });
-    if blocked > on_cpu {
+    let (minor, major) = fault_counts(members.iter().copied());
+    if blocked > on_cpu || (major > 0.0 && major >= minor) {
         CauseKind::MajorFaults
     } else {
         CauseKind::PageFaults
     }
+}
+
+/// Minor and major page faults the kernel counted in the episodes.
+pub(super) fn fault_counts<'a>(episodes: impl Iterator<Item = &'a Episode>) -> (f64, f64) {
+    let observed = |e: &Episode, family: &str| e.excess.get(family).map_or(0.0, |x| x.observed);
+    episodes.fold((0.0, 0.0), |(minor, major), e| {
+        (
+            minor + observed(e, "page_faults_minor"),
+            major + observed(e, "page_faults_major"),
+        )
+    })
 }
 
 /// Groups, classifies and ranks the families of `episodes`; with them,

@@ -629,6 +629,59 @@ fn spikes_too_rare_to_reach_p995_claim_nothing() {
     assert!(a.classification.causes.is_empty());
 }
 
+/// A rare stall that sets p99.9 among hundreds of the machine's small
+/// ones: six 15 ms lock waits and 250 stalls of 2.5 ms in which the server
+/// sat idle. Among all episodes the lock is diluted (6 of 256 against no
+/// baseline window: Fisher's p near 0.05, KS far from it); in the
+/// episodes holding the requests at or above p99.9 it is every one, and
+/// that test claims it.
+#[test]
+fn a_rare_stall_is_claimed_in_the_tails_episodes() {
+    let mut s = Synth::new(10_000.0, 10);
+    let rare: Vec<u64> = (0..6).map(|i| T0 + 700 * MS + i * 1_500 * MS).collect();
+    for &at in &rare {
+        s.stall(at, 15 * MS);
+        s.blocked(SERVER, at, 15 * MS, Site::Lock, Some(202));
+    }
+    for at in sporadic_times(250, 10) {
+        if rare.iter().any(|&r| at + 30 * MS > r && at < r + 45 * MS) {
+            continue;
+        }
+        s.stall(at, 2_500 * US);
+        s.off(SERVER, at, 0, 2_300 * US, false, "", Site::Idle, Some(232));
+        s.on_cpu(SERVER, at + 2_300 * US, 200 * US, &[], 0.0);
+    }
+    s.ordinary_sleeps(SERVER);
+    let (run, lat) = s.build();
+    let opts = AnalysisOptions {
+        percentile: Some(99.9),
+        ..AnalysisOptions::default()
+    };
+    let a = analyze(&run, &lat, &opts);
+    assert!(a.episodes.len() > 150, "{} episodes", a.episodes.len());
+    let tail: Vec<&Episode> = a.episodes.iter().filter(|e| e.tail_requests > 0).collect();
+    assert_eq!(tail.len(), 6, "{:#?}", a.families);
+    let blocking = a
+        .classification
+        .causes
+        .iter()
+        .find(|c| c.cause == CauseKind::Blocking)
+        .unwrap_or_else(|| panic!("blocking not claimed: {:#?}", a.classification));
+    assert!(
+        blocking
+            .evidence
+            .contains("in the tail's episodes: dominant in 6 of the 6"),
+        "{}",
+        blocking.evidence
+    );
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Blocking),
+        "{:#?}",
+        a.classification
+    );
+}
+
 /// Two independent problems in one run: a periodic fault job and a
 /// sporadic neighbour. Two families, each classified on its own: periodic
 /// page faults at the job's period, sporadic preemption by the neighbour.

@@ -380,9 +380,10 @@ impl Watcher {
                 .map(|c| (c.cause.name(), c.evidence.as_str())),
             took.elapsed().as_secs_f64() * 1e3
         );
-        // Two tests per cause (KS on shares, Fisher on dominance), either
-        // of which claims it: the level is corrected over both.
-        let alpha = trigger::cause_alpha(self.opts.keep, 2 * SERVER_CAUSES.len());
+        // Three tests per cause (KS on shares, Fisher on dominance in all
+        // episodes and in the tail's), any of which claims it: the level
+        // is corrected over all three.
+        let alpha = trigger::cause_alpha(self.opts.keep, 3 * SERVER_CAUSES.len());
         // Queueing's evidence is its family's trend test (no p here). And
         // the cause must be what some episodes' time mostly went to (it
         // heads a server family): a clean minute here armed a report on

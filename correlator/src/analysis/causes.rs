@@ -205,6 +205,12 @@ pub struct Cause {
     /// windows' (absent for environment causes and queueing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p_value: Option<f64>,
+    /// The smaller p of the two tests over all episodes (KS, Fisher),
+    /// without the tail's test: what `watch` arms on (a neighbour's one
+    /// burst can hold a minute's tail in a few adjacent episodes, which
+    /// are not the independent draws the tail's test assumes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p_episodes: Option<f64>,
     pub evidence: String,
     /// The isolate-and-remeasure experiment that would confirm it.
     pub experiment: String,
@@ -359,6 +365,7 @@ pub fn rank(
             cause: kind,
             score: share,
             p_value,
+            p_episodes: p_value.map(|_| ks.min(dominance.p_value)),
             evidence: format!("{evidence}{p_text}"),
             experiment: kind.experiment(detail.as_deref()),
             stacks: Vec::new(),
@@ -372,6 +379,7 @@ pub fn rank(
                 cause: kind,
                 score: share,
                 p_value: None,
+                p_episodes: None,
                 evidence,
                 experiment: kind.experiment(detail.as_deref()),
                 stacks: Vec::new(),

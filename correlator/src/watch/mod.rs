@@ -380,10 +380,11 @@ impl Watcher {
                 .map(|c| (c.cause.name(), c.evidence.as_str())),
             took.elapsed().as_secs_f64() * 1e3
         );
-        // Three tests per cause (KS on shares, Fisher on dominance in all
-        // episodes and in the tail's), any of which claims it: the level
-        // is corrected over all three.
-        let alpha = trigger::cause_alpha(self.opts.keep, 3 * SERVER_CAUSES.len());
+        // Two tests per cause (KS on shares, Fisher on dominance, over
+        // all episodes), either of which claims it: the level is corrected
+        // over both. The report's third test, in the tail's episodes, does
+        // not arm one (`Cause::p_episodes`).
+        let alpha = trigger::cause_alpha(self.opts.keep, 2 * SERVER_CAUSES.len());
         // Queueing's evidence is its family's trend test (no p here). And
         // the cause must be what some episodes' time mostly went to (it
         // heads a server family): a clean minute here armed a report on
@@ -396,7 +397,7 @@ impl Watcher {
                 .any(|f| !f.environment && f.cause == c.cause.tested_as())
         };
         let strong = |c: &&crate::analysis::causes::Cause| {
-            c.p_value.is_none_or(|p| p < alpha) && heads_family(c)
+            c.p_episodes.or(c.p_value).is_none_or(|p| p < alpha) && heads_family(c)
         };
         let server = report
             .classification
@@ -427,7 +428,7 @@ impl Watcher {
                     log::info!(
                         "check: {} (p = {:.1e}) not enough for a report (needs p < {alpha:.1e}, see cause_alpha, to head a server family, and the environment not to lead the tail)",
                         c.cause.name(),
-                        c.p_value.unwrap_or(1.0)
+                        c.p_episodes.or(c.p_value).unwrap_or(1.0)
                     );
                 }
             }

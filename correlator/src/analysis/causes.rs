@@ -121,8 +121,8 @@ impl CauseKind {
     /// Measured time of this cause in one account.
     pub(crate) fn time(self, a: &TimeAccount) -> u64 {
         match self {
-            CauseKind::PageFaults => a.fault_ns,
-            CauseKind::MajorFaults => a.blocked_fault_ns,
+            CauseKind::PageFaults => a.fault_ns.saturating_sub(a.fault_major_ns),
+            CauseKind::MajorFaults => a.blocked_fault_ns + a.fault_major_ns,
             CauseKind::Migrations => a.migration_ns,
             // Waiting while the idle task had the CPU is not a neighbour's.
             CauseKind::Preemption => a.runnable_ns.saturating_sub(a.runnable_idle_ns),
@@ -520,7 +520,7 @@ fn evidence(
         }
         CauseKind::MajorFaults => (
             format!(
-                "blocked in page faults waiting for their pages (I/O): {base}; {}",
+                "major faults, blocked waiting for their pages (I/O) and handling them on the CPU: {base}; {}",
                 fault_counts(episodes)
             ),
             None,

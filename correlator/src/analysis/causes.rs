@@ -461,7 +461,13 @@ impl Dominance {
 /// What kind of faults the kernel counted in the episodes: the time on
 /// the CPU in faults is a major fault's own work as well as a minor's.
 fn fault_counts(episodes: &[Episode]) -> String {
-    let (minor, major) = families::fault_counts(episodes.iter());
+    let observed = |e: &Episode, family: &str| e.excess.get(family).map_or(0.0, |x| x.observed);
+    let (minor, major) = episodes.iter().fold((0.0, 0.0), |(minor, major), e| {
+        (
+            minor + observed(e, "page_faults_minor"),
+            major + observed(e, "page_faults_major"),
+        )
+    });
     format!("the kernel counted {minor:.0} minor and {major:.0} major faults in the episodes")
 }
 

@@ -211,17 +211,6 @@ fn fault_kind(members: &[&Episode]) -> CauseKind {
     }
 }
 
-/// Minor and major page faults the kernel counted in the episodes.
-pub(super) fn fault_counts<'a>(episodes: impl Iterator<Item = &'a Episode>) -> (f64, f64) {
-    let observed = |e: &Episode, family: &str| e.excess.get(family).map_or(0.0, |x| x.observed);
-    episodes.fold((0.0, 0.0), |(minor, major), e| {
-        (
-            minor + observed(e, "page_faults_minor"),
-            major + observed(e, "page_faults_major"),
-        )
-    })
-}
-
 /// Groups, classifies and ranks the families of `episodes`; with them,
 /// each episode's requests at or above the percentile's value.
 pub fn families(

@@ -35,19 +35,32 @@ pub(crate) fn task_rq(task: *const u8) -> u64 {
     }
 }
 
-/// The run queue's cumulative steal time, ns (`rq->prev_steal_time_rq`,
-/// updated with the run queue's clock: at every schedule and tick).
+/// The CPU's cumulative steal time, ns, read at an offset from its run
+/// queue: KVM's per-CPU `steal_time` page (exact at any instant: the host
+/// writes it at every VM entry) or, elsewhere, `rq->prev_steal_time_rq`
+/// (updated with the run queue's clock: switches, ticks, wake-ups). See
+/// `steal_offset_from_rq` in the userspace probes.
 #[inline(always)]
 pub(crate) fn rq_steal(rq: u64) -> u64 {
     // SAFETY: the helper checks the address; a failed read is 0.
     unsafe {
-        bpf_probe_read_kernel(
-            (rq as *const u8)
-                .add(config!(rq_steal_offset) as usize)
-                .cast::<u64>(),
-        )
-        .unwrap_or(0)
+        bpf_probe_read_kernel(rq.wrapping_add(config!(rq_steal_offset)) as *const u64).unwrap_or(0)
     }
+}
+
+/// Books the steal of the running thread since its last mark (switch-in,
+/// sample, syscall boundary) and moves the mark to now: at a syscall's
+/// boundaries, so that a stall inside a call is the call's steal and not
+/// its own work, nor the next call's.
+#[inline(always)]
+pub(crate) fn steal_catch_up(st: &mut ThreadState, ts: u64) {
+    if st.rq == 0 {
+        return;
+    }
+    let steal = rq_steal(st.rq);
+    let stolen = steal.saturating_sub(st.steal_mark);
+    st.steal_mark = steal;
+    clock_steal_add(st, ts, stolen);
 }
 
 /// Emits the thread's account of its current bucket, if any, and starts

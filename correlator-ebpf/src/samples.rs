@@ -10,9 +10,7 @@ use aya_ebpf::{
 use correlator_common::{Account, NO_STACK, SampleRecord, Total};
 
 use crate::{
-    account::{
-        acct_add, clock_steal_add, ran_until, rq_steal, silence_add, timer_silence, window_restart,
-    },
+    account::{acct_add, ran_until, silence_add, steal_catch_up, timer_silence, window_restart},
     helpers::{USER_STACK, cpu_state, now, saved_syscall, stack_id, total_add},
     maps::SAMPLES,
     threads::thread,
@@ -38,12 +36,7 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     let st = unsafe { &mut *st };
     total_add(Total::Samples);
     ran_until(st, ts);
-    if st.rq != 0 {
-        let steal = rq_steal(st.rq);
-        let stolen = steal.saturating_sub(st.steal_mark);
-        st.steal_mark = steal;
-        clock_steal_add(st, ts, stolen);
-    }
+    steal_catch_up(st, ts);
     // Only a window with no sample of another task in it is this
     // thread's to explain.
     if st.window_start_ts != 0 && cpu_last <= st.window_start_ts {

@@ -8,7 +8,7 @@ use aya_ebpf::{
 use correlator_common::{Account, SYSCALL_SLOTS, SyscallRecord, ThreadState, Total, WaitSite};
 
 use crate::{
-    account::{acct_add, acct_roll},
+    account::{acct_add, acct_roll, steal_catch_up},
     helpers::{arg, now, total_add},
     maps::{SYSCALL_RECORDS, SYSCALL_SITES, SYSCALL_TOTALS},
     passive::pair_request,
@@ -27,10 +27,13 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
         return 0;
     };
     let nr: i64 = arg(&ctx, 1);
+    let ts = now();
     // SAFETY: map value, written by this thread's own programs.
     unsafe {
+        // Steal up to here is not the call's.
+        steal_catch_up(&mut *st, ts);
         (*st).syscall = (nr as u32).wrapping_add(1);
-        (*st).sys_enter_ts = now();
+        (*st).sys_enter_ts = ts;
         (*st).sys_offcpu_ns = 0;
         (*st).sys_irq_ns = 0;
         (*st).sys_steal_ns = 0;
@@ -48,8 +51,11 @@ pub(crate) fn syscall_done(st: &mut ThreadState) {
     if syscall == 0 || st.sys_enter_ts == 0 {
         return;
     }
-    st.syscall = 0;
     let ts = now();
+    // Steal since the last mark is inside the call (booked to it while
+    // `syscall` still names it).
+    steal_catch_up(st, ts);
+    st.syscall = 0;
     let total = ts.saturating_sub(st.sys_enter_ts);
     let off = st.sys_offcpu_ns.min(total);
     let irq = st.sys_irq_ns.min(total - off);

@@ -1,5 +1,5 @@
 //! A minimal reader of the kernel's BTF (/sys/kernel/btf/vmlinux): struct
-//! member offsets.
+//! member offsets and per-CPU variables' offsets.
 //!
 //! The kernel programs read `task_struct` fields through BTF-typed pointers
 //! at offsets passed in as load-time constants; aya exposes no CO-RE field
@@ -16,9 +16,15 @@ pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 const KIND_TYPEDEF: u32 = 8;
+const KIND_VAR: u32 = 14;
+const KIND_DATASEC: u32 = 15;
+/// The data section of per-CPU variables: its VAR entries' offsets are the
+/// variables' offsets in every CPU's per-CPU area.
+const PERCPU_SECTION: &str = ".data..percpu";
 
 /// One type entry: kind, name, and for structs/unions their members
-/// as (name offset, type id, bit offset).
+/// as (name offset, type id, bit offset); for a data section its
+/// variables as (0, VAR type id, byte offset).
 struct Type {
     kind: u32,
     name_off: u32,
@@ -94,8 +100,15 @@ impl Btf {
                     }
                     vlen * 12
                 }
-                6 | 13 => vlen * 8,   // ENUM, FUNC_PROTO
-                15 | 19 => vlen * 12, // DATASEC, ENUM64
+                KIND_DATASEC => {
+                    for v in 0..vlen {
+                        let base = at + v * 12;
+                        members.push((0, u32_at(data, base)?, u32_at(data, base + 4)?));
+                    }
+                    vlen * 12
+                }
+                6 | 13 => vlen * 8, // ENUM, FUNC_PROTO
+                19 => vlen * 12,    // ENUM64
                 2 | 7..=12 | 16 | 18 => 0,
                 other => bail!("unknown BTF kind {other}"),
             };
@@ -147,6 +160,26 @@ impl Btf {
             bail!("{name}.{member} is a bitfield");
         }
         Ok(bits / 8)
+    }
+
+    /// Offset of the per-CPU variable `name` in a CPU's per-CPU area: the
+    /// same for every CPU, so two variables' addresses on one CPU differ by
+    /// the difference of their offsets.
+    pub fn percpu_offset(&self, name: &str) -> Result<u32> {
+        let section = self
+            .types
+            .iter()
+            .find(|t| t.kind == KIND_DATASEC && self.name(t.name_off) == PERCPU_SECTION)
+            .with_context(|| format!("no {PERCPU_SECTION} section in kernel BTF"))?;
+        section
+            .members
+            .iter()
+            .find(|&&(_, var, _)| {
+                self.get(var)
+                    .is_some_and(|t| t.kind == KIND_VAR && self.name(t.name_off) == name)
+            })
+            .map(|&(_, _, offset)| offset)
+            .with_context(|| format!("per-CPU variable {name} not in kernel BTF"))
     }
 
     fn find_member(&self, ty: &Type, member: &str, base: u32, depth: u32) -> Option<u32> {
@@ -201,6 +234,19 @@ mod tests {
         assert_eq!(tgid, pid + 4);
         assert!(comm > tgid);
         assert!(btf.member_offset("task_struct", "no_such_member").is_err());
+    }
+
+    #[test]
+    fn finds_per_cpu_variables_in_this_kernel() {
+        let Ok(btf) = Btf::from_sys_fs() else {
+            eprintln!("SKIPPED: no {VMLINUX}");
+            return;
+        };
+        // Every SMP kernel has the run queues as a per-CPU variable.
+        let rq = btf.percpu_offset("runqueues").expect("runqueues");
+        let cpu_off = btf.percpu_offset("this_cpu_off").expect("this_cpu_off");
+        assert_ne!(rq, cpu_off);
+        assert!(btf.percpu_offset("no_such_variable_here").is_err());
     }
 
     #[test]

@@ -56,11 +56,29 @@ impl Workload {
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn workload");
         let stdin = child.stdin.take();
-        // Let it reach its blocking read.
-        std::thread::sleep(Duration::from_millis(200));
+        // Wait until it is set up and at its blocking read: counters opened
+        // earlier would count its start-up (fresh64 failed on a slow start:
+        // 300 loader faults in the kernel's count and not in the window).
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line == "ready" => break,
+                Some(Ok(line)) => eprintln!("workload: {line}"),
+                other => panic!(
+                    "workload did not get ready: {other:?} {:?}",
+                    child.try_wait()
+                ),
+            }
+        }
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                eprintln!("workload: {line}");
+            }
+        });
         Self { child, stdin }
     }
 

@@ -1,7 +1,8 @@
 //! A helper target that does known work, for ground-truth tests of the
 //! probes (hidden subcommand `correlator workload`).
 //!
-//! It waits for a line on stdin (so a recorder can attach first), does the
+//! It says `ready` on stderr and waits for a line on stdin (so a recorder
+//! can attach first), does the
 //! work it was asked for, prints its own getrusage before/after as JSON on
 //! stdout, and exits.
 
@@ -228,6 +229,10 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
     let cold = args
         .syscalls
         .prepare(&args.fault_dir.clone().unwrap_or_else(std::env::temp_dir))?;
+    // Said once everything before the work is done (the binary loaded, the
+    // files written): a test opening the kernel's counters on this process
+    // waits for it, or they count the start-up's faults and switches too.
+    eprintln!("ready");
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     let before = usage();

@@ -152,13 +152,16 @@ live_test! {
 
 /// The syscall naming each bucket of phase `p` in which the main thread
 /// was sampled inside a syscall.
+/// Only buckets wholly inside the phase: the last one that starts in it
+/// also holds what the helper did next (fresh66: a sample in the `kill`
+/// that follows the fork named the fork phase's last bucket).
 fn sampled_names(run: &RunFile, p: &Phase) -> Vec<String> {
     run.thread_accounts
         .iter()
         .filter(|a| a.tid == run.target.pid && a.ns[Account::SamplesSyscall as usize] > 0)
         .filter(|a| {
             let t = a.epoch * run.bucket_ns;
-            t >= p.start_ns && t < p.end_ns
+            t >= p.start_ns && t + run.bucket_ns <= p.end_ns
         })
         .map(|a| {
             a.top_syscall.map_or_else(

@@ -472,8 +472,10 @@ pub struct Config {
     pub syscall_hooks: u64,
     /// The on-CPU sampler's period: what one sample stands for.
     pub sample_period_ns: u64,
-    /// Offsets for the run queue's cumulative steal, reached through the
-    /// task: `task->se.cfs_rq`, `cfs_rq->rq`, `rq->prev_steal_time_rq`.
+    /// Offsets for the CPU's cumulative steal, reached through the task:
+    /// `task->se.cfs_rq`, `cfs_rq->rq`, then `rq_steal_offset` from the run
+    /// queue (added wrapping: on KVM it points below it, at the per-CPU
+    /// `steal_time` page; elsewhere at `rq->prev_steal_time_rq`).
     /// `task_cfs_rq_offset` 0: steal is not measured (kernel without it).
     pub task_cfs_rq_offset: u64,
     pub cfs_rq_rq_offset: u64,

@@ -2,9 +2,8 @@
 //! probes (hidden subcommand `correlator workload`).
 //!
 //! It says `ready` on stderr and waits for a line on stdin (so a recorder
-//! can attach first), does the
-//! work it was asked for, prints its own getrusage before/after as JSON on
-//! stdout, and exits.
+//! can attach first), does the work it was asked for, prints its own
+//! getrusage before/after as JSON on stdout, and exits.
 
 use std::{
     fs,

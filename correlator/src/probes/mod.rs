@@ -194,8 +194,8 @@ fn take_map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
 /// against 10 µs per call on average) and the stall's steal was booked to
 /// the following call, where the clamp to that call's length dropped it.
 /// Both live in per-CPU areas at fixed offsets, so the steal page is at
-/// `rq - runqueues + steal_time` on every CPU. Elsewhere (no KVM steal
-/// page in the kernel's BTF) the run queue's copy stands.
+/// `rq - runqueues + steal_time` on every CPU. Elsewhere (not a KVM guest,
+/// or no steal page in the kernel's BTF) the run queue's copy stands.
 fn steal_offset_from_rq(btf: &btf::Btf) -> Result<u64> {
     if let (Ok(runqueues), Ok(steal_time), Ok(steal)) = (
         btf.percpu_offset("runqueues"),

@@ -582,6 +582,13 @@ pub struct CpuState {
     /// waiting for this CPU rather than running on it: bit 0 hard IRQ,
     /// bit 1 softirq.
     pub irq_while_waiting: u64,
+    /// This CPU's run queue (set when a target thread switches in here; 0
+    /// until then), for its steal clock.
+    pub rq: u64,
+    /// The steal clock at the entry of the timed hard IRQ / softirq in
+    /// progress: a host stall inside an IRQ is steal, not IRQ work.
+    pub hardirq_steal_mark: u64,
+    pub softirq_steal_mark: u64,
     /// Never-reset totals (layout: [`Total`], [`TOTAL_IRQ_KIND_BASE`], ...),
     /// kept here so one lookup per program run serves both.
     pub totals: [u64; NUM_TOTALS as usize],

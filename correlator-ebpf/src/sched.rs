@@ -99,6 +99,8 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         st.run_ts = ts;
         st.rq = task_rq(next_task);
         st.steal_mark = if st.rq != 0 { rq_steal(st.rq) } else { 0 };
+        // SAFETY: per-CPU value.
+        unsafe { (*cpu).rq = st.rq };
         // Another task was sampled here since the thread's window began, or
         // the thread changed CPUs: its window starts now.
         // SAFETY: per-CPU value.

@@ -302,12 +302,13 @@ pub fn redis_server(test: &str, cpu: &str, extra: &[&str]) -> Option<(Proc, u16)
 }
 
 /// The first cause of a report's classification that is the server's
-/// (not the environment's idle or steal).
+/// (not one the report flags as the environment's: idle, steal, CPU
+/// wake-up).
 pub fn top_server_cause(c: &serde_json::Value) -> &serde_json::Value {
     c["causes"]
         .as_array()
         .expect("causes")
         .iter()
-        .find(|x| !["idle", "steal"].contains(&x["cause"].as_str().unwrap_or("")))
+        .find(|x| x["environment"] == false)
         .unwrap_or_else(|| panic!("no server cause: {c:#}"))
 }

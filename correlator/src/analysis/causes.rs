@@ -199,6 +199,11 @@ pub const ALPHA: f64 = 0.05;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cause {
     pub cause: CauseKind,
+    /// The environment's time (idle, steal, CPU wake-up): listed with its
+    /// share, never a claim about the server. Written so that a reader (or
+    /// a script) need not keep its own list of which causes are which.
+    #[serde(default)]
+    pub environment: bool,
     /// Share of all episode time measured in this cause's category (0..1).
     pub score: f64,
     /// One-sided KS test of the per-episode shares against the baseline
@@ -363,6 +368,7 @@ pub fn rank(
         });
         causes.push(Cause {
             cause: kind,
+            environment: false,
             score: share,
             p_value,
             p_episodes: p_value.map(|_| ks.min(dominance.p_value)),
@@ -377,6 +383,7 @@ pub fn rank(
             let (evidence, detail) = evidence(kind, episodes, share, total);
             causes.push(Cause {
                 cause: kind,
+                environment: true,
                 score: share,
                 p_value: None,
                 p_episodes: None,

@@ -196,6 +196,10 @@ fn idle_stalls_are_not_the_servers() {
         a.classification.causes
     );
     assert!(!CauseKind::Idle.is_server());
+    // The JSON says so too: readers need no list of their own.
+    for c in &a.classification.causes {
+        assert_eq!(c.environment, !c.cause.is_server(), "{c:#?}");
+    }
 }
 
 /// A clean run on a VM: dozens of big stalls outside the server, and a

@@ -269,6 +269,9 @@ pub struct SyscallTotal {
     /// Time the hypervisor took the CPU inside the calls (not the call's
     /// own work; counted as steal).
     pub steal_ns: u64,
+    /// Time spinning on a contended kernel spinlock inside the calls (a
+    /// lock wait, counted as such: see [`Account::LockSpin`]).
+    pub spin_ns: u64,
 }
 
 /// A syscall of a target thread whose own work on the CPU took at least
@@ -291,6 +294,8 @@ pub struct SyscallRecord {
     pub offcpu_ns: u64,
     pub irq_ns: u64,
     pub steal_ns: u64,
+    /// Time spinning on contended kernel spinlocks inside the call.
+    pub spin_ns: u64,
 }
 
 /// Slots of a thread's per-bucket account ([`ThreadBucket::ns`]): where one
@@ -336,10 +341,23 @@ pub enum Account {
     /// here: both happen, and a guest cannot tell them apart), so not
     /// booked as steal. Last, so run files from before it still load.
     TimerSilence = 13 + NUM_WAIT_SITES as u32,
+    /// On the CPU spinning on a contended kernel spinlock (the kernel's
+    /// `contention_begin`/`end` tracepoints), less IRQs, the thread's own
+    /// steal and `LockHolderSteal`: a lock wait done on the CPU.
+    LockSpin = 14 + NUM_WAIT_SITES as u32,
+    /// The part of a spin that the other CPUs' steal clocks cover (the
+    /// most any one of them moved during the spin, up to the spin): a
+    /// spinlock held across a host stall of its holder's vCPU (lock-holder
+    /// preemption), the environment's time.
+    LockHolderSteal = 15 + NUM_WAIT_SITES as u32,
 }
 
 /// Number of [`Account`] slots.
-pub const NUM_ACCOUNT: usize = 14 + NUM_WAIT_SITES;
+pub const NUM_ACCOUNT: usize = 16 + NUM_WAIT_SITES;
+
+/// CPUs whose steal clocks a kernel spin compares (`CPU_RQS`); a larger
+/// machine's CPUs beyond this are not looked at for lock-holder steal.
+pub const SPIN_CPUS: u32 = 64;
 
 /// One target thread's account of one time bucket, emitted when the thread
 /// first does something in a later bucket (so at most one per thread per
@@ -483,6 +501,9 @@ pub struct Config {
     /// Non-zero (`--stacks`): stack ids at switch-outs, and a record per
     /// on-CPU sample with its stacks.
     pub stacks: u64,
+    /// CPUs a kernel spin compares steal clocks of: min(possible CPUs,
+    /// [`SPIN_CPUS`]).
+    pub spin_cpus: u64,
 }
 
 /// Slots of the direct-mapped thread table (`tid % THREAD_SLOTS`).
@@ -532,6 +553,9 @@ pub struct ThreadState {
     pub sys_offcpu_ns: u64,
     pub sys_irq_ns: u64,
     pub sys_steal_ns: u64,
+    /// Kernel spinlock spin (with its lock-holder steal) inside the
+    /// current syscall.
+    pub sys_spin_ns: u64,
     /// Since the thread's last on-CPU sample, or its switch-in when another
     /// task was sampled on that CPU meanwhile or it changed CPUs
     /// (`window_start_ts`): hard-IRQ time while it ran, steal-clock steal,
@@ -589,6 +613,19 @@ pub struct CpuState {
     /// progress: a host stall inside an IRQ is steal, not IRQ work.
     pub hardirq_steal_mark: u64,
     pub softirq_steal_mark: u64,
+    /// Timed IRQ time on this CPU while a target ran, summed (never reset):
+    /// marks let a kernel spin take its IRQs out.
+    pub irq_ns_sum: u64,
+    /// The kernel spin of the running target thread in progress: the
+    /// lock's address (0: none), its start, the marks of `irq_ns_sum` and
+    /// of this CPU's steal clock at its start, and the other CPUs' steal
+    /// clocks (by CPU number) at its start. A spinning thread cannot
+    /// leave its CPU (spinlocks disable preemption), so per-CPU is enough.
+    pub spin_lock: u64,
+    pub spin_start: u64,
+    pub spin_irq_mark: u64,
+    pub spin_steal_mark: u64,
+    pub spin_other_steal: [u64; SPIN_CPUS as usize],
     /// Never-reset totals (layout: [`Total`], [`TOTAL_IRQ_KIND_BASE`], ...),
     /// kept here so one lookup per program run serves both.
     pub totals: [u64; NUM_TOTALS as usize],

@@ -122,6 +122,7 @@ pub(crate) fn hardirq_exit(kind: IrqKind) {
         thread_acct(state.waiting_tid, ts, Account::HardIrqWait, duration);
         return;
     }
+    state.irq_ns_sum += duration;
     state.totals[(TOTAL_IRQ_KIND_BASE + kind as u32) as usize] += 1;
     sink.add(Counter::HardIrqs, 1);
     sink.add(Counter::HardIrqNs, duration);
@@ -222,6 +223,7 @@ pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
         thread_acct(state.waiting_tid, ts, Account::SoftIrqWait, duration);
         return 0;
     }
+    state.irq_ns_sum += duration;
     let vec: u32 = arg(&ctx, 0);
     state.softirqs[(vec & 15) as usize] += 1;
     sink.add(Counter::SoftIrqs, 1);

@@ -27,8 +27,8 @@
 //! across programs), which can lose that one addition or emit one bucket's
 //! account twice: at most one IRQ's or sample's worth, rarely.
 //!
-//! One file per probe family (`faults`, `sched`, `irq`, `syscalls`,
-//! `samples`, `passive`), with the maps in `maps`, the per-thread account
+//! One file per probe family (`faults`, `sched`, `irq`, `locks`,
+//! `syscalls`, `samples`, `passive`), with the maps in `maps`, the per-thread account
 //! in `account` and the thread table in `threads`; all in one object.
 #![no_std]
 #![no_main]
@@ -55,6 +55,7 @@ mod account;
 mod faults;
 mod helpers;
 mod irq;
+mod locks;
 mod maps;
 mod passive;
 mod samples;

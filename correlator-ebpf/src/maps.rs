@@ -8,8 +8,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, STACK_DEPTH, STACK_SLOTS,
-    SYSCALL_SLOTS, SyscallTotal, THREAD_SLOTS, ThreadState,
+    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, SPIN_CPUS, STACK_DEPTH,
+    STACK_SLOTS, SYSCALL_SLOTS, SyscallTotal, THREAD_SLOTS, ThreadState,
 };
 
 #[unsafe(no_mangle)]
@@ -33,6 +33,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     cfs_rq_rq_offset: 0,
     rq_steal_offset: 0,
     stacks: 0,
+    spin_cpus: 0,
 });
 
 /// Ring of time buckets, per CPU.
@@ -42,6 +43,11 @@ pub(crate) static BUCKETS: PerCpuArray<Bucket> = PerCpuArray::with_max_entries(B
 /// Per-CPU IRQ attribution state and totals.
 #[map]
 pub(crate) static CPUS: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Each CPU's run queue address, by CPU number (0: not seen yet), for
+/// the steal clocks a kernel spin compares (`locks`).
+#[map]
+pub(crate) static CPU_RQS: Array<u64> = Array::with_max_entries(SPIN_CPUS, 0);
 
 /// Direct-mapped table of target threads (see `THREAD_SLOTS`).
 #[map]

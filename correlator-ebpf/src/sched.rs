@@ -18,7 +18,7 @@ use crate::{
         Sink, USER_STACK, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now,
         saved_syscall, stack_id, task_cpu, task_pid, task_tgid,
     },
-    maps::{CHILD_TGIDS, CPUS, RECORDS, SYSCALL_SITES},
+    maps::{CHILD_TGIDS, CPU_RQS, CPUS, RECORDS, SYSCALL_SITES},
     threads::{thread, track, untrack},
 };
 
@@ -49,6 +49,10 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         (*cpu).target_tid = if next.is_some() { next_pid } else { 0 };
         (*cpu).waiting_tid
     };
+    // SAFETY: per-CPU value.
+    if unsafe { (*cpu).rq } == 0 && next_pid != 0 {
+        note_rq(cpu, next_task);
+    }
     if !prev_is_target && next.is_none() && waiting == 0 {
         return 0;
     }
@@ -99,8 +103,6 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         st.run_ts = ts;
         st.rq = task_rq(next_task);
         st.steal_mark = if st.rq != 0 { rq_steal(st.rq) } else { 0 };
-        // SAFETY: per-CPU value.
-        unsafe { (*cpu).rq = st.rq };
         // Another task was sampled here since the thread's window began, or
         // the thread changed CPUs: its window starts now.
         // SAFETY: per-CPU value.
@@ -109,6 +111,23 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         }
     }
     0
+}
+
+/// Keeps this CPU's run queue (through a task switching in here), once:
+/// IRQs take the steal inside them off their time, and a kernel spin on
+/// any CPU compares the other CPUs' steal clocks (`CPU_RQS`).
+#[inline(never)]
+fn note_rq(cpu: *mut CpuState, task: *const u8) {
+    let rq = task_rq(task);
+    if rq == 0 {
+        return;
+    }
+    // SAFETY: per-CPU value.
+    unsafe { (*cpu).rq = rq };
+    if let Some(slot) = CPU_RQS.get_ptr_mut(cpu_id()) {
+        // SAFETY: array map value; only this CPU writes its slot.
+        unsafe { *slot = rq };
+    }
 }
 
 /// A target thread waits runnable on this CPU: `prev` just ended a slice

@@ -37,6 +37,7 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
         (*st).sys_offcpu_ns = 0;
         (*st).sys_irq_ns = 0;
         (*st).sys_steal_ns = 0;
+        (*st).sys_spin_ns = 0;
         (*st).sys_samples = 0;
     }
     0
@@ -60,7 +61,10 @@ pub(crate) fn syscall_done(st: &mut ThreadState) {
     let off = st.sys_offcpu_ns.min(total);
     let irq = st.sys_irq_ns.min(total - off);
     let steal = st.sys_steal_ns.min(total - off - irq);
-    let on = total - off - irq - steal;
+    // A spin on a contended kernel lock is a lock wait (booked by
+    // `locks`), not the call's own work.
+    let spin = st.sys_spin_ns.min(total - off - irq - steal);
+    let on = total - off - irq - steal - spin;
     let index = (syscall - 1) & (SYSCALL_SLOTS - 1);
     if let Some(t) = SYSCALL_TOTALS.get_ptr_mut(index) {
         // SAFETY: per-CPU map value.
@@ -70,6 +74,7 @@ pub(crate) fn syscall_done(st: &mut ThreadState) {
             (*t).offcpu_ns += off;
             (*t).irq_ns += irq;
             (*t).steal_ns += steal;
+            (*t).spin_ns += spin;
         }
     }
     // Only the call's own work needs a timestamped record: its time off
@@ -88,6 +93,7 @@ pub(crate) fn syscall_done(st: &mut ThreadState) {
                     offcpu_ns: off,
                     irq_ns: irq,
                     steal_ns: steal,
+                    spin_ns: spin,
                 });
                 entry.submit(BPF_RB_NO_WAKEUP as u64);
             }

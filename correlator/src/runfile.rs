@@ -138,7 +138,12 @@ pub struct SyscallTotals {
     /// silence; see `Durations::timer_silence_ns`).
     #[serde(default)]
     pub steal_ns: u64,
-    /// The calls' own work in the kernel: `total_ns - offcpu_ns - irq_ns - steal_ns`.
+    /// Spinning on contended kernel spinlocks inside the calls (a lock
+    /// wait; absent in older files).
+    #[serde(default)]
+    pub spin_ns: u64,
+    /// The calls' own work in the kernel: `total_ns - offcpu_ns - irq_ns -
+    /// steal_ns - spin_ns`.
     pub on_cpu_ns: u64,
 }
 
@@ -293,9 +298,12 @@ pub const ACCOUNT_NAMES: [&str; correlator_common::NUM_ACCOUNT] = [
     "samples_fault",
     "samples_irq",
     "timer_silence",
+    "lock_spin",
+    "lock_holder_steal",
 ];
 
-const _: () = assert!(correlator_common::Account::TimerSilence as usize == ACCOUNT_NAMES.len() - 1);
+const _: () =
+    assert!(correlator_common::Account::LockHolderSteal as usize == ACCOUNT_NAMES.len() - 1);
 
 /// Name of each counter slot in run files.
 pub fn counter_name(c: Counter) -> &'static str {
@@ -383,9 +391,10 @@ impl RunFile {
                         offcpu_ns: t.offcpu_ns,
                         irq_ns: t.irq_ns,
                         steal_ns: t.steal_ns,
+                        spin_ns: t.spin_ns,
                         on_cpu_ns: t
                             .total_ns
-                            .saturating_sub(t.offcpu_ns + t.irq_ns + t.steal_ns),
+                            .saturating_sub(t.offcpu_ns + t.irq_ns + t.steal_ns + t.spin_ns),
                     },
                 )
             })

@@ -306,3 +306,137 @@ live_test! {
         check_wait_sites("wait-sites-sampled", &["--syscall-time", "sampled"]);
         }
 }
+
+/// bpftrace's own measure of the same spins: pure spinlock contentions
+/// (`flags == LCB_F_SPIN`) of `pid`'s threads, begin to end, summed.
+const SPIN_BT: &str = r#"
+tracepoint:lock:contention_begin /pid == $1 && args->flags == 1/ {
+    @start[tid] = nsecs; @lock[tid] = args->lock_addr;
+}
+tracepoint:lock:contention_end /@start[tid] && @lock[tid] == args->lock_addr/ {
+    @spin_ns = sum(nsecs - @start[tid]); @spins = count();
+    delete(@start[tid]); delete(@lock[tid]);
+}
+END { clear(@start); clear(@lock); }
+"#;
+
+/// Starts bpftrace on `pid` and waits until its probes are attached.
+fn spin_bpftrace(pid: u32, dir: &std::path::Path) -> std::process::Child {
+    use std::io::BufRead as _;
+    let script = dir.join("spin.bt");
+    std::fs::write(&script, SPIN_BT).expect("write script");
+    let mut child = std::process::Command::new("bpftrace")
+        .arg(&script)
+        .arg(pid.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("bpftrace (installed by xtask/setup.sh)");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("bpftrace exited before attaching")
+            .expect("read bpftrace");
+        if line.starts_with("Attaching") {
+            break;
+        }
+    }
+    // Keep reading into a thread so the pipe never fills.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        let _ = tx.send(rest);
+    });
+    SPIN_OUTPUT.with(|o| *o.borrow_mut() = Some(rx));
+    child
+}
+
+thread_local! {
+    static SPIN_OUTPUT: std::cell::RefCell<Option<std::sync::mpsc::Receiver<Vec<String>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Stops bpftrace (SIGINT prints its maps) and returns @spin_ns, @spins.
+fn spin_bpftrace_totals(mut child: std::process::Child) -> (u64, u64) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _ = child.wait();
+    let lines = SPIN_OUTPUT
+        .with(|o| o.borrow_mut().take())
+        .expect("bpftrace output")
+        .recv()
+        .expect("bpftrace output");
+    let value = |name: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("@{name}: ")))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no @{name} in bpftrace output: {lines:?}"))
+    };
+    (value("spin_ns"), value("spins"))
+}
+
+live_test! {
+    /// Two threads of the helper fight for one file's `f_lock` spinlock
+    /// (fcntl F_SETFL) on two CPUs for 2 s. correlator's spin time (the
+    /// threads' lock_spin + lock_holder_steal) against bpftrace's sum of the
+    /// same contentions: bpftrace's intervals hold the IRQs and the CPU's
+    /// own steal inside the spins, which correlator takes out, and each
+    /// tool stamps its times at its own point of its programs (1% for
+    /// that: measured here over 1.2-1.3 million spins of ~1 µs, correlator
+    /// was 1.5-1.7% below bpftrace, 18-23 ms, while the threads' IRQ and
+    /// steal were 75-93 ms). And the spins are not fcntl's own work: its
+    /// kernel time splits exactly into the two.
+    fn kernel_spin_time_matches_bpftrace() {
+        let dir = scratch("spin");
+        let mut work = Workload::spawn(&["--contend-ms", "2000"]);
+        let bt = spin_bpftrace(work.pid(), &dir);
+        let rec = Recorder::start(work.pid(), dir.join("w.run"), &[]);
+        work.go();
+        let out = work.child.wait_with_output().expect("workload output");
+        assert!(out.status.success(), "workload failed: {:?}", out.status);
+        let run = rec.wait();
+        let (bt_ns, spins) = spin_bpftrace_totals(bt);
+        let slot = |a: Account| -> u64 {
+            run.thread_accounts
+                .iter()
+                .map(|r| r.ns[a as usize])
+                .sum()
+        };
+        let ours = slot(Account::LockSpin) + slot(Account::LockHolderSteal);
+        let fcntl = &run.syscall_totals["fcntl"];
+        let inside = slot(Account::HardIrq) + slot(Account::SoftIrq) + slot(Account::Steal);
+        eprintln!(
+            "spin: ours {:.1} ms, bpftrace {:.1} ms over {spins} spins; IRQ and steal of the threads {:.1} ms; fcntl {:.1} ms = own {:.1} + spin {:.1} + irq {:.1} + steal {:.1}",
+            ours as f64 / 1e6,
+            bt_ns as f64 / 1e6,
+            inside as f64 / 1e6,
+            fcntl.total_ns as f64 / 1e6,
+            fcntl.on_cpu_ns as f64 / 1e6,
+            fcntl.spin_ns as f64 / 1e6,
+            fcntl.irq_ns as f64 / 1e6,
+            fcntl.steal_ns as f64 / 1e6,
+        );
+        assert!(
+            bt_ns > 100_000_000,
+            "the helper's threads barely contended ({bt_ns} ns): no test"
+        );
+        let stamps = bt_ns / 100;
+        assert!(
+            ours <= bt_ns + stamps && ours + inside + stamps >= bt_ns,
+            "spin: ours {ours} vs bpftrace {bt_ns} (IRQ and steal {inside}, {spins} spins)"
+        );
+        assert_eq!(
+            fcntl.total_ns - fcntl.offcpu_ns,
+            fcntl.on_cpu_ns + fcntl.spin_ns + fcntl.irq_ns + fcntl.steal_ns
+        );
+        // The helper's spins are fcntl's (f_lock).
+        assert!(
+            fcntl.spin_ns <= ours && fcntl.spin_ns * 100 >= ours * 95,
+            "fcntl's spin {} of {ours}",
+            fcntl.spin_ns
+        );
+    }
+}

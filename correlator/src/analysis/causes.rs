@@ -127,7 +127,11 @@ impl CauseKind {
             // Waiting while the idle task had the CPU is not a neighbour's.
             CauseKind::Preemption => a.runnable_ns.saturating_sub(a.runnable_idle_ns),
             CauseKind::Blocking => {
-                a.blocked_lock_ns + a.blocked_io_ns + a.blocked_sleep_ns + a.blocked_other_ns
+                a.lock_spin_ns
+                    + a.blocked_lock_ns
+                    + a.blocked_io_ns
+                    + a.blocked_sleep_ns
+                    + a.blocked_other_ns
             }
             CauseKind::Hardirq => a.hardirq_ns,
             CauseKind::Softirq => a.softirq_ns,

@@ -33,6 +33,10 @@ pub enum PathCategory {
     Blocked(Site),
     /// Waiting for a CPU.
     Runnable,
+    /// On the CPU spinning for a contended kernel spinlock (the lock's
+    /// slow path at the sample's leaf): a lock wait, the `lock_spin_ns`
+    /// of the account.
+    LockSpin,
     /// On the CPU inside correlator's own kernel programs (a sample that
     /// landed in a tracepoint's BPF program): the probes' cost, shown as
     /// such and evidence for no cause.
@@ -50,6 +54,7 @@ impl PathCategory {
             PathCategory::OnCpu(SampleContext::Irq) => "on-cpu:softirq".into(),
             PathCategory::Blocked(site) => format!("blocked:{}", site.name()),
             PathCategory::Runnable => "runnable".into(),
+            PathCategory::LockSpin => "on-cpu:lock-spin".into(),
             PathCategory::Probes => "on-cpu:correlator-probes".into(),
         }
     }
@@ -66,7 +71,7 @@ impl PathCategory {
             CauseKind::Migrations => self == Blocked(Site::Migration),
             CauseKind::Blocking => matches!(
                 self,
-                Blocked(Site::Lock | Site::Io | Site::Sleep | Site::Other)
+                Blocked(Site::Lock | Site::Io | Site::Sleep | Site::Other) | PathCategory::LockSpin
             ),
             CauseKind::Preemption => self == Runnable,
             CauseKind::Hardirq | CauseKind::Steal | CauseKind::Idle | CauseKind::CpuWakeup => false,
@@ -84,6 +89,11 @@ impl PathCategory {
         }
         if has("bpf_trace_run") || has("__bpf_trace_") {
             return PathCategory::Probes;
+        }
+        // The qspinlock slow path, native or paravirt (whose waiter halts
+        // in `kvm_wait` until the holder kicks it).
+        if has("queued_spin_lock_slowpath") || has("kvm_wait") {
+            return PathCategory::LockSpin;
         }
         if context == SampleContext::Fault
             && !frames.is_empty()
@@ -470,6 +480,21 @@ mod tests {
             ),
             PathCategory::Probes
         );
+        // Seen on this VM: recvfrom spinning for its socket's lock.
+        assert_eq!(
+            PathCategory::of_sample(
+                SampleContext::Syscall,
+                &f(&[
+                    "__x64_sys_recvfrom_[k]",
+                    "lock_sock_nested_[k]",
+                    "_raw_spin_lock_bh_[k]",
+                    "__pv_queued_spin_lock_slowpath_[k]"
+                ])
+            ),
+            PathCategory::LockSpin
+        );
+        assert!(PathCategory::LockSpin.evidence_for(CauseKind::Blocking));
+        assert!(!PathCategory::LockSpin.evidence_for(CauseKind::Syscall));
     }
 
     #[test]

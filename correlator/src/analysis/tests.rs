@@ -176,6 +176,73 @@ fn sporadic_blocking_names_the_wait() {
     assert!(a.classification.causes[0].evidence.contains("futex"));
 }
 
+/// A server that spins on a contended kernel spinlock in a syscall (its
+/// holder running on another CPU, no steal anywhere): a lock wait, named
+/// as such, not the syscall's own work.
+#[test]
+fn a_kernel_spin_is_a_lock_wait() {
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(20, 5) {
+        s.stall(at, 6 * MS);
+        s.on_cpu(
+            SERVER,
+            at,
+            6 * MS,
+            &[
+                (Account::SyscallCpu, 500 * US),
+                (Account::LockSpin, 5_400 * US),
+            ],
+            0.0,
+        );
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    assert_eq!(
+        top(&a),
+        Some(CauseKind::Blocking),
+        "{:#?}",
+        a.classification.causes
+    );
+    let e = &a.episodes[0].account;
+    assert!(e.lock_spin_ns >= 5 * MS, "{e:#?}");
+    assert_eq!(e.lock_holder_steal_ns, 0);
+    assert_eq!(e.wait_site.as_deref(), Some("kernel spinlock (spinning)"));
+    assert!(e.explained_share > 0.95, "{e:#?}");
+}
+
+/// The same spins while another CPU's steal clock covered them (its vCPU,
+/// holding the lock, held by the host): the environment's, no server
+/// cause at all.
+#[test]
+fn a_spin_on_a_stalled_holder_is_the_environments() {
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(20, 5) {
+        s.stall(at, 6 * MS);
+        s.on_cpu(
+            SERVER,
+            at,
+            6 * MS,
+            &[
+                (Account::SyscallCpu, 500 * US),
+                (Account::LockSpin, 200 * US),
+                (Account::LockHolderSteal, 5_200 * US),
+            ],
+            0.0,
+        );
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    let e = &a.episodes[0].account;
+    assert!(e.lock_holder_steal_ns >= 5 * MS, "{e:#?}");
+    assert!(e.steal_ns >= e.lock_holder_steal_ns, "{e:#?}");
+    assert!(
+        a.classification.causes.iter().all(|c| c.environment),
+        "{:#?}",
+        a.classification.causes
+    );
+    assert_eq!(top(&a), Some(CauseKind::Steal));
+}
+
 /// Stalls during which the server sat idle in epoll_wait: the requests
 /// were late before they reached it. That is the environment, not a cause
 /// of the server's, whatever else the thread did.

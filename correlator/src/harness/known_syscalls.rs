@@ -13,7 +13,10 @@
 //!   around the call (copying the page tables is the kernel's work);
 //! - wait sites: a futex held by another thread (`lock`), a pread of a
 //!   file dropped from the page cache (`io`), an epoll_wait with nothing to
-//!   wait for (`idle`).
+//!   wait for (`idle`);
+//! - `contend`: this thread and a second one, on different CPUs, set the
+//!   flags of one open file in a loop (`fcntl(F_SETFL)` takes the file's
+//!   `f_lock` spinlock): a kernel spinlock the two fight over.
 
 use std::{
     io::Write as _,
@@ -49,6 +52,9 @@ pub struct SyscallWork {
     /// epoll_wait on nothing for this long, ms.
     #[arg(long, default_value_t = 0)]
     pub idle_ms: u64,
+    /// Fight another thread for a kernel spinlock this long, ms.
+    #[arg(long, default_value_t = 0)]
+    pub contend_ms: u64,
 }
 
 /// One phase as the helper timed it.
@@ -97,6 +103,7 @@ impl SyscallWork {
             && self.lock_wait_ms == 0
             && self.cold_read_mib == 0
             && self.idle_ms == 0
+            && self.contend_ms == 0
     }
 
     /// Prepared before "go": the cold file (its writes are not the work).
@@ -181,6 +188,9 @@ impl SyscallWork {
         if self.idle_ms > 0 {
             phases.push(idle(self.idle_ms)?);
         }
+        if self.contend_ms > 0 {
+            phases.push(contend(Duration::from_millis(self.contend_ms))?);
+        }
         Ok(phases)
     }
 }
@@ -242,6 +252,72 @@ fn lock_wait(hold: Duration) -> Result<Phase> {
         .join()
         .map_err(|_| anyhow::anyhow!("lock holder panicked"))?;
     Ok(p)
+}
+
+/// Pins the calling thread to `cpu` (best effort: on one CPU the two
+/// threads contend less, and the test says so).
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET within its bounds.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set);
+    }
+}
+
+/// Sets the flags of `fd` twice (on, off): `f_lock` taken twice.
+fn set_flags(fd: i32) {
+    // SAFETY: fcntl on an open fd; a failure only means no lock was taken.
+    unsafe {
+        libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK);
+        libc::fcntl(fd, libc::F_SETFL, 0);
+    }
+}
+
+/// This thread (on CPU 0) and another (on CPU 1) set one file's flags in a
+/// loop for `d`; the phase's calls are this thread's fcntl calls.
+fn contend(d: Duration) -> Result<Phase> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .context("opening /dev/null")?;
+    let fd = file.as_raw_fd();
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(std::sync::Barrier::new(2));
+    let other = {
+        let (stop, start) = (Arc::clone(&stop), Arc::clone(&start));
+        std::thread::spawn(move || {
+            pin(1);
+            start.wait();
+            while !stop.load(Ordering::Relaxed) {
+                set_flags(fd);
+            }
+        })
+    };
+    pin(0);
+    start.wait();
+    let end = std::time::Instant::now() + d;
+    let (start_ns, cpu0) = (monotonic_ns(), thread_cpu_ns());
+    let mut calls = 0;
+    while std::time::Instant::now() < end {
+        set_flags(fd);
+        calls += 2;
+    }
+    let (end_ns, cpu1) = (monotonic_ns(), thread_cpu_ns());
+    stop.store(true, Ordering::Relaxed);
+    other
+        .join()
+        .map_err(|_| anyhow::anyhow!("contending thread panicked"))?;
+    drop(file);
+    Ok(Phase {
+        name: "contend".into(),
+        start_ns,
+        end_ns,
+        cpu_ns: cpu1 - cpu0,
+        calls,
+    })
 }
 
 /// epoll_wait on an empty epoll set until its timeout: waiting for input

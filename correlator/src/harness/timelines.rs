@@ -166,6 +166,7 @@ impl Synth {
             offcpu_ns: 0,
             irq_ns: 0,
             steal_ns: 0,
+            spin_ns: 0,
             samples: Some(samples),
         });
     }

@@ -22,7 +22,7 @@ use crate::latency::passive::PassiveSource;
 /// BTF tracepoints attached (program name = tracepoint name). BTF
 /// tracepoints skip the classic tracepoints' formatting of every event into
 /// a perf buffer, which alone slowed a context-switch heavy load by ~10%.
-pub const TRACEPOINTS: [&str; 21] = [
+pub const TRACEPOINTS: [&str; 23] = [
     "sys_enter",
     "sys_exit",
     "sched_switch",
@@ -44,6 +44,8 @@ pub const TRACEPOINTS: [&str; 21] = [
     "call_function_single_exit",
     "irq_work_entry",
     "irq_work_exit",
+    "contention_begin",
+    "contention_end",
 ];
 
 /// Software perf events with a program on every sample (period 1), one per CPU.

@@ -247,6 +247,8 @@ impl Probes {
             cfs_rq_rq_offset: 0,
             rq_steal_offset: 0,
             stacks: u64::from(cfg.stacks),
+            spin_cpus: aya::util::nr_cpus()
+                .map_or(0, |n| u64::from(n.get().min(correlator_common::SPIN_CPUS))),
         };
         let mut config = config;
         // Steal at ns resolution, reached from the task's run queue; kernels
@@ -575,6 +577,7 @@ impl Probes {
                 t.offcpu_ns += c.offcpu_ns;
                 t.irq_ns += c.irq_ns;
                 t.steal_ns += c.steal_ns;
+                t.spin_ns += c.spin_ns;
             }
             if t.calls > 0 {
                 totals.syscalls.push((nr, t));

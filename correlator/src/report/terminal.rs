@@ -204,7 +204,7 @@ pub fn render(r: &Report) -> String {
 /// The episodes' accounts summed: each category's share of episode time,
 /// largest first.
 fn account_line(r: &Report) -> String {
-    let mut sum = [0u64; 15];
+    let mut sum = [0u64; 17];
     let mut total = 0u64;
     for e in &r.episodes {
         let a = &e.account;
@@ -217,20 +217,23 @@ fn account_line(r: &Report) -> String {
             a.runnable_ns.saturating_sub(a.runnable_idle_ns),
             a.runnable_idle_ns,
             a.blocked_lock_ns,
+            a.lock_spin_ns,
             a.blocked_io_ns,
             a.blocked_fault_ns + a.fault_major_ns,
             a.blocked_sleep_ns + a.blocked_other_ns,
             a.idle_ns,
             a.hardirq_ns + a.softirq_ns,
-            a.steal_ns.saturating_sub(a.timer_silence_ns),
+            a.steal_ns
+                .saturating_sub(a.timer_silence_ns + a.lock_holder_steal_ns),
             a.timer_silence_ns,
+            a.lock_holder_steal_ns,
             a.unexplained_ns,
         ];
         for (s, v) in sum.iter_mut().zip(parts) {
             *s += v;
         }
     }
-    const NAMES: [&str; 15] = [
+    const NAMES: [&str; 17] = [
         "user code",
         "syscalls",
         "fault handling",
@@ -238,6 +241,7 @@ fn account_line(r: &Report) -> String {
         "runnable",
         "CPU wake-up",
         "lock",
+        "kernel lock spin",
         "io",
         "major faults",
         "sleep/other waits",
@@ -245,6 +249,7 @@ fn account_line(r: &Report) -> String {
         "IRQs",
         "steal",
         "timer silence (host)",
+        "lock holder stalled (host)",
         "unexplained",
     ];
     let mut parts: Vec<(u64, &str)> = sum.into_iter().zip(NAMES).filter(|(v, _)| *v > 0).collect();

@@ -205,6 +205,10 @@ pub struct SyscallSpan {
     /// Taken by the hypervisor inside the call. Absent in older run files.
     #[serde(default)]
     pub steal_ns: u64,
+    /// Spinning on contended kernel spinlocks inside the call: a lock
+    /// wait, not the call's work. Absent in older run files.
+    #[serde(default)]
+    pub spin_ns: u64,
     /// On-CPU samples of the thread inside the call (absent in older run
     /// files: no silence is then found in the call).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,6 +221,7 @@ impl SyscallSpan {
             .saturating_sub(self.offcpu_ns)
             .saturating_sub(self.irq_ns)
             .saturating_sub(self.steal_ns)
+            .saturating_sub(self.spin_ns)
     }
 
     /// The part of the call's on-CPU time in which the CPU's sampling
@@ -255,6 +260,7 @@ impl From<&SyscallRecord> for SyscallSpan {
             offcpu_ns: r.offcpu_ns,
             irq_ns: r.irq_ns,
             steal_ns: r.steal_ns,
+            spin_ns: r.spin_ns,
             samples: Some(r.samples),
         }
     }

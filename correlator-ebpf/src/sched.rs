@@ -47,6 +47,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: per-CPU value; sched_switch runs with IRQs off.
     let waiting = unsafe {
         (*cpu).target_tid = if next.is_some() { next_pid } else { 0 };
+        // No spin outlives a switch (spinning disables preemption): a
+        // contention whose end was never seen stops here.
+        (*cpu).spin_lock = 0;
         (*cpu).waiting_tid
     };
     // SAFETY: per-CPU value.

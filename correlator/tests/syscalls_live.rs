@@ -41,23 +41,33 @@ fn within(ours: u64, truth: u64, rel: f64, abs_ns: u64) -> bool {
 live_test! {
     /// Kernel CPU time in read(2) of /dev/zero against the helper's CPU time
     /// for the batch, and off-CPU time in nanosleep against its wall time
-    /// minus CPU time: within 5% + 1 ms.
+    /// minus CPU time: within 5% + 1 ms. This kernel has no IRQ time
+    /// accounting, so the helper's CPU time holds the IRQs that hit its
+    /// CPU while it ran; correlator books those as IRQ time, not the
+    /// call's, so the calls' IRQ time goes with ours here (2-3 ms of
+    /// 105-128 ms on a quiet host, ours 3-5 ms under the helper's without
+    /// it; fresh69, noisy: 8.3 ms under, 6.2%).
     fn syscall_time_matches_the_helpers_own_timing() {
         let (phases, run) = record("sys-time", &["--zero-reads", "4000", "--nanosleeps", "500"]);
         let reads = phase(&phases, "zero_reads");
         let read = &run.syscall_totals["read"];
         eprintln!(
-            "read: ours {} calls, on CPU {:.1} ms; helper {} calls, CPU {:.1} ms",
+            "read: ours {} calls, on CPU {:.1} ms (total {:.1}, off {:.1}, irq {:.1}, steal {:.1}, spin {:.1}); helper {} calls, CPU {:.1} ms",
             read.calls,
             read.on_cpu_ns as f64 / 1e6,
+            read.total_ns as f64 / 1e6,
+            read.offcpu_ns as f64 / 1e6,
+            read.irq_ns as f64 / 1e6,
+            read.steal_ns as f64 / 1e6,
+            read.spin_ns as f64 / 1e6,
             reads.calls,
             reads.cpu_ns as f64 / 1e6
         );
         assert!(read.calls >= reads.calls as u64);
+        let ours = read.on_cpu_ns + read.irq_ns;
         assert!(
-            within(read.on_cpu_ns, reads.cpu_ns, 0.05, 1_000_000),
-            "read on CPU: ours {} vs helper {}",
-            read.on_cpu_ns,
+            within(ours, reads.cpu_ns, 0.05, 1_000_000),
+            "read on CPU with its IRQs: ours {ours} vs helper {}",
             reads.cpu_ns
         );
         let sleeps = phase(&phases, "nanosleeps");

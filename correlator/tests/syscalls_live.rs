@@ -395,9 +395,11 @@ live_test! {
     /// same contentions: bpftrace's intervals hold the IRQs and the CPU's
     /// own steal inside the spins, which correlator takes out, and each
     /// tool stamps its times at its own point of its programs (1% for
-    /// that: measured here over 1.2-1.3 million spins of ~1 µs, correlator
-    /// was 1.5-1.7% below bpftrace, 18-23 ms, while the threads' IRQ and
-    /// steal were 75-93 ms). And the spins are not fcntl's own work: its
+    /// that: measured here in six runs of 0.6-1.5 million spins of ~1 µs,
+    /// correlator was 1.5-2.9% below bpftrace, 18-33 ms, while the
+    /// threads' IRQ and steal were 72-102 ms, so the difference is mostly
+    /// those and the stamps' part is within 1%). And the spins are not
+    /// fcntl's own work: its
     /// kernel time splits exactly into the two.
     fn kernel_spin_time_matches_bpftrace() {
         let dir = scratch("spin");

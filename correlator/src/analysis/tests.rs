@@ -176,27 +176,27 @@ fn sporadic_blocking_names_the_wait() {
     assert!(a.classification.causes[0].evidence.contains("futex"));
 }
 
+/// A server whose 6 ms stalls are 20 sporadic stretches on the CPU in a
+/// syscall, with `kernel` of each in the given account slots.
+fn spinning_server(kernel: &[(Account, u64)]) -> Analysis {
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(20, 5) {
+        s.stall(at, 6 * MS);
+        s.on_cpu(SERVER, at, 6 * MS, kernel, 0.0);
+    }
+    s.ordinary_sleeps(SERVER);
+    run(s)
+}
+
 /// A server that spins on a contended kernel spinlock in a syscall (its
 /// holder running on another CPU, no steal anywhere): a lock wait, named
 /// as such, not the syscall's own work.
 #[test]
 fn a_kernel_spin_is_a_lock_wait() {
-    let mut s = Synth::new(10_000.0, 5);
-    for at in sporadic_times(20, 5) {
-        s.stall(at, 6 * MS);
-        s.on_cpu(
-            SERVER,
-            at,
-            6 * MS,
-            &[
-                (Account::SyscallCpu, 500 * US),
-                (Account::LockSpin, 5_400 * US),
-            ],
-            0.0,
-        );
-    }
-    s.ordinary_sleeps(SERVER);
-    let a = run(s);
+    let a = spinning_server(&[
+        (Account::SyscallCpu, 500 * US),
+        (Account::LockSpin, 5_400 * US),
+    ]);
     assert_eq!(
         top(&a),
         Some(CauseKind::Blocking),
@@ -215,23 +215,11 @@ fn a_kernel_spin_is_a_lock_wait() {
 /// cause at all.
 #[test]
 fn a_spin_on_a_stalled_holder_is_the_environments() {
-    let mut s = Synth::new(10_000.0, 5);
-    for at in sporadic_times(20, 5) {
-        s.stall(at, 6 * MS);
-        s.on_cpu(
-            SERVER,
-            at,
-            6 * MS,
-            &[
-                (Account::SyscallCpu, 500 * US),
-                (Account::LockSpin, 200 * US),
-                (Account::LockHolderSteal, 5_200 * US),
-            ],
-            0.0,
-        );
-    }
-    s.ordinary_sleeps(SERVER);
-    let a = run(s);
+    let a = spinning_server(&[
+        (Account::SyscallCpu, 500 * US),
+        (Account::LockSpin, 200 * US),
+        (Account::LockHolderSteal, 5_200 * US),
+    ]);
     let e = &a.episodes[0].account;
     assert!(e.lock_holder_steal_ns >= 5 * MS, "{e:#?}");
     assert!(e.steal_ns >= e.lock_holder_steal_ns, "{e:#?}");

@@ -617,15 +617,14 @@ pub struct CpuState {
     /// marks let a kernel spin take its IRQs out.
     pub irq_ns_sum: u64,
     /// The kernel spin of the running target thread in progress: the
-    /// lock's address (0: none), its start, the marks of `irq_ns_sum` and
-    /// of this CPU's steal clock at its start, and the other CPUs' steal
-    /// clocks (by CPU number) at its start. A spinning thread cannot
-    /// leave its CPU (spinlocks disable preemption), so per-CPU is enough.
+    /// lock's address (0: none), its start, the mark of `irq_ns_sum` and
+    /// every CPU's steal clock (by CPU number, this one's included) at its
+    /// start. A spinning thread cannot leave its CPU (spinlocks disable
+    /// preemption), so per-CPU is enough.
     pub spin_lock: u64,
     pub spin_start: u64,
     pub spin_irq_mark: u64,
-    pub spin_steal_mark: u64,
-    pub spin_other_steal: [u64; SPIN_CPUS as usize],
+    pub spin_steal_marks: [u64; SPIN_CPUS as usize],
     /// Never-reset totals (layout: [`Total`], [`TOTAL_IRQ_KIND_BASE`], ...),
     /// kept here so one lookup per program run serves both.
     pub totals: [u64; NUM_TOTALS as usize],

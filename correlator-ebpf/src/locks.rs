@@ -21,7 +21,6 @@ use correlator_common::{Account, SPIN_CPUS};
 use crate::{
     account::{acct_add, rq_steal},
     helpers::{arg, cpu_id, cpu_state, now},
-    irq::{steal_now, stolen_since},
     maps::CPU_RQS,
     threads::thread,
 };
@@ -74,15 +73,14 @@ pub fn contention_begin(ctx: BtfTracePointContext) -> i32 {
     }
     state.spin_lock = lock;
     state.spin_irq_mark = state.irq_ns_sum;
-    state.spin_steal_mark = steal_now(state);
-    let here = cpu_id();
+    // Every CPU's steal clock, this one's included (its own steal is not
+    // the spin's either).
     let n = config!(spin_cpus) as u32;
     for c in 0..SPIN_CPUS {
         if c >= n {
             break;
         }
-        let mark = if c == here { 0 } else { cpu_steal(c) };
-        state.spin_other_steal[(c & (SPIN_CPUS - 1)) as usize] = mark;
+        state.spin_steal_marks[(c & (SPIN_CPUS - 1)) as usize] = cpu_steal(c);
     }
     state.spin_start = now();
     0
@@ -107,26 +105,30 @@ pub fn contention_end(ctx: BtfTracePointContext) -> i32 {
     state.spin_lock = 0;
     let ts = now();
     let irq = state.irq_ns_sum.saturating_sub(state.spin_irq_mark);
-    let own_steal = stolen_since(state, state.spin_steal_mark);
+    let here = cpu_id();
+    let n = config!(spin_cpus) as u32;
+    let (mut own_steal, mut other) = (0u64, 0u64);
+    for c in 0..SPIN_CPUS {
+        if c >= n {
+            break;
+        }
+        let mark = state.spin_steal_marks[(c & (SPIN_CPUS - 1)) as usize];
+        if mark == 0 {
+            continue;
+        }
+        let stolen = cpu_steal(c).saturating_sub(mark);
+        if c == here {
+            own_steal = stolen;
+        } else {
+            other = other.max(stolen);
+        }
+    }
     let spin = ts
         .saturating_sub(state.spin_start)
         .saturating_sub(irq)
         .saturating_sub(own_steal);
     if spin == 0 {
         return 0;
-    }
-    let here = cpu_id();
-    let n = config!(spin_cpus) as u32;
-    let mut other = 0u64;
-    for c in 0..SPIN_CPUS {
-        if c >= n {
-            break;
-        }
-        let mark = state.spin_other_steal[(c & (SPIN_CPUS - 1)) as usize];
-        if c == here || mark == 0 {
-            continue;
-        }
-        other = other.max(cpu_steal(c).saturating_sub(mark));
     }
     let holder = other.min(spin);
     // SAFETY: map value, written by this thread's own programs.

@@ -430,6 +430,12 @@ impl<'a> Accounts<'a> {
         let syscall = syscall + sampled_syscall;
         let user = rest - fault - sampled_syscall;
         let migration = migration_on + s.migration_off + blocked_slot(Site::Migration);
+        let mut by_wait = s.by_wait;
+        if lock_spin > 0.0 {
+            *by_wait
+                .entry("kernel spinlock (spinning)".to_string())
+                .or_default() += lock_spin;
+        }
         let mut account = TimeAccount {
             duration_ns: d,
             thread: Some(format!(
@@ -459,7 +465,7 @@ impl<'a> Accounts<'a> {
             blocked_fault_ns: blocked(Site::Fault) as u64,
             blocked_sleep_ns: blocked(Site::Sleep) as u64,
             blocked_other_ns: blocked(Site::Other) as u64,
-            wait_site: None,
+            wait_site: top(&by_wait),
             idle_ns: blocked(Site::Idle) as u64,
             hardirq_ns: hardirq as u64,
             softirq_ns: softirq as u64,
@@ -469,13 +475,6 @@ impl<'a> Accounts<'a> {
             unexplained_ns: 0,
             explained_share: 0.0,
         };
-        let mut by_wait = s.by_wait;
-        if lock_spin > 0.0 {
-            *by_wait
-                .entry("kernel spinlock (spinning)".to_string())
-                .or_default() += lock_spin;
-        }
-        account.wait_site = top(&by_wait);
         if let Some((name, ns)) = s.by_syscall.iter().max_by(|a, b| a.1.total_cmp(b.1)) {
             account.top_syscall = Some(name.clone());
             account.top_syscall_ns = *ns as u64;

@@ -99,6 +99,17 @@ impl Knob {
         })
     }
 
+    /// The CPUs this knob sends other work to (receive steering, an IRQ's
+    /// affinity), if it does: whatever else runs there in B gets the
+    /// disturbance the server no longer has.
+    pub fn moves_work_to(&self) -> Option<Vec<usize>> {
+        match self {
+            Knob::Rps { cpus, .. } => Some(cpus.clone()),
+            Knob::IrqAffinity { cpus, .. } => parse_cpu_list(cpus),
+            _ => None,
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             Knob::Thp(m) => format!("THP {m}"),

@@ -41,8 +41,18 @@ live_test! {
         let _ = Command::new("taskset")
             .args(["-pc", "0", &server.0.id().to_string()])
             .output();
-        let report: Value =
-            run_report(server.0.id(), &format!("tcp://{addr}"), 10_000, "60s", &dir, &[]);
+        // The generator on both CPUs: `run` keeps it off the server's CPU
+        // by default, and one vCPU does not carry 10,000 req/s here (each
+        // send does the server side's TCP receive work inline): p50 6 ms,
+        // schedule not kept, with no stall to find at 5 x that median.
+        let report: Value = run_report(
+            server.0.id(),
+            &format!("tcp://{addr}"),
+            10_000,
+            "60s",
+            &dir,
+            &["--load-cpus".as_ref(), "0-1".as_ref()],
+        );
         drop(server);
         assert!(report["latency"]["threshold_ns"].is_u64(), "no spike threshold");
         let run_file = dir.join("report.run");
@@ -76,7 +86,9 @@ live_test! {
         assert_eq!(facts["unmatched_ends"], 0, "{facts}");
         let expected = facts["slow_expected"].as_u64().expect("n");
         // ~200 stalls of 10 ms at 10,000 req/s: thousands of slow requests.
-        assert!(expected >= 1_000, "{facts}");
+        // (A run the generator could not keep up with has none: its
+        // latency only grows, and nothing is 5 x its median. Say so.)
+        assert!(expected >= 1_000, "{facts}\nlatency: {}", report["latency"]);
         assert!(expected >= facts["slow_spikes_reported"].as_u64().expect("n"), "{facts}");
         assert_eq!(facts["slow_found"], expected, "{facts}");
         // The stalls are sleeps on the serving thread: slow requests flow

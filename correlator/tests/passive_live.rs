@@ -31,6 +31,32 @@ fn run_with_syscalls(pid: u32, url: &str, name: &str, extra: &[&str]) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("json")
 }
 
+/// The client's p99 from each request's actual send (`done - sent`),
+/// nearest rank over the run's `count` measured requests, from the run
+/// file's kept requests (every request above the recorder's running
+/// threshold, far below a p99 of milliseconds) in the measured phase.
+fn client_p99_from_send(run_file: &std::path::Path, count: u64) -> u64 {
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_file).expect("run file")).expect("json");
+    let latency = &run["latency"];
+    let phase = &latency["phases"][0];
+    let (start, end) = (
+        phase["start_ns"].as_u64().expect("start"),
+        phase["end_ns"].as_u64().expect("end"),
+    );
+    let ns = |r: &Value, k: &str| r[k].as_u64().expect("request time");
+    let mut from_send: Vec<u64> = latency["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|r| (start..end).contains(&ns(r, "intended_ns")))
+        .map(|r| ns(r, "done_ns") - ns(r, "sent_ns"))
+        .collect();
+    from_send.sort_unstable_by(|a, b| b.cmp(a));
+    let rank = usize::try_from(count / 100).expect("rank");
+    from_send[rank.min(from_send.len() - 1)]
+}
+
 fn percentile(summary: &Value, q: f64) -> u64 {
     summary["percentiles"]
         .as_array()
@@ -171,6 +197,14 @@ live_test! {
         sleeper.join().expect("sleeper");
         let s = &report["server_side"];
         let (server_p99, client_p99) = (percentile(s, 99.0), percentile(&report["latency"], 99.0));
+        // The server cannot see time before a request was sent: compare
+        // with the client's p99 from the actual send (in fresh71 the
+        // pacer's vCPU was held 31 ms, sends up to 31 ms late put the
+        // client's p99 at 32.2 ms, from the send 27.9 ms, server 24.6 ms).
+        let sent_p99 = client_p99_from_send(
+            &std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("passive-socket-wait/report.run"),
+            report["latency"]["count"].as_u64().expect("count"),
+        );
         let (server_max, client_max) = (
             s["max_ns"].as_u64().expect("server max"),
             report["latency"]["max_ns"].as_u64().expect("client max"),
@@ -178,7 +212,7 @@ live_test! {
         let requests = s["stats"]["requests"].as_u64().expect("requests");
         let from_arrival = s["stats"]["from_arrival"].as_u64().expect("from_arrival");
         eprintln!(
-            "socket wait: client p99 {client_p99} ns, server-side p99 {server_p99} ns; max {client_max} / {server_max} ns; {from_arrival} of {requests} records timed from arrival; server {} vs client {} requests",
+            "socket wait: client p99 {client_p99} ns ({sent_p99} ns from the send), server-side p99 {server_p99} ns; max {client_max} / {server_max} ns; {from_arrival} of {requests} records timed from arrival; server {} vs client {} requests",
             s["server_requests"], s["client_requests"]
         );
         assert!(
@@ -190,12 +224,12 @@ live_test! {
             "{from_arrival} of {requests} timed from arrival"
         );
         assert!(
-            server_p99 as f64 >= 0.8 * client_p99 as f64,
-            "server-side p99 {server_p99} ns misses the client's {client_p99} ns"
+            server_p99 as f64 >= 0.8 * sent_p99 as f64,
+            "server-side p99 {server_p99} ns misses the client's {sent_p99} ns"
         );
         assert!(
-            server_p99 as f64 <= 1.05 * client_p99 as f64,
-            "server-side p99 {server_p99} ns above the client's {client_p99} ns"
+            server_p99 as f64 <= 1.05 * sent_p99 as f64,
+            "server-side p99 {server_p99} ns above the client's {sent_p99} ns"
         );
         assert!(
             server_max <= 2 * client_max,

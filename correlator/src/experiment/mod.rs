@@ -504,6 +504,11 @@ pub fn run(
 
 type Pick = fn(&Rep) -> Option<u64>;
 
+/// The change of a percentile between the arms: the Hodges-Lehmann ratio
+/// of B's repetitions to A's, the effect the U test tests (see
+/// [`stats::Estimate`]).
+const CHANGE: stats::Estimate = stats::Estimate::HodgesLehmann;
+
 const PICKS: [(f64, Pick); PERCENTILES] = [
     (50.0, |r| r.p50_ns),
     (99.0, |r| r.p99_ns),
@@ -542,11 +547,11 @@ pub fn judge_look(
             continue;
         }
         let mw = stats::mann_whitney(&a, &b);
-        let ci = stats::bootstrap_change(&a, &b, 10_000, seed);
+        let ci = stats::bootstrap_change_of(&a, &b, 10_000, seed, CHANGE);
         // A/A: the A repetitions in two interleaved halves.
         let a1: Vec<f64> = a.iter().copied().step_by(2).collect();
         let a2: Vec<f64> = a.iter().copied().skip(1).step_by(2).collect();
-        let aa = stats::bootstrap_change(&a1, &a2, 10_000, seed ^ 0xaa);
+        let aa = stats::bootstrap_change_of(&a1, &a2, 10_000, seed ^ 0xaa, CHANGE);
         // The noise floor, as the measurement rules define it: measure the
         // same thing twice (the two halves of A) and take the difference.
         // The widest end of that difference's CI, used before, is a bound
@@ -634,6 +639,7 @@ fn result(
             "{n} repetitions per arm: below 9 the U test has little power"
         ));
     }
+    notes.push("change = the Hodges-Lehmann ratio of B's repetitions to A's (the median of every B/A pair of repetitions), with a bootstrap 95% CI".into());
     if opts.min_change_pct.is_none() {
         notes.push("minimum meaningful change = the A/A floor (the change between the two halves of the A repetitions: the same thing measured twice), per percentile".into());
     }

@@ -86,6 +86,10 @@ enum Variant {
     /// sys_exit, cpu_sample): the set before the measured account, so the
     /// account's cost is the difference in the same run.
     CorrelatorWithoutContext,
+    /// correlator without its lock contention programs (contention_begin,
+    /// contention_end): the set before kernel spins were measured, so their
+    /// cost is the difference in the same run.
+    CorrelatorWithoutLocks,
     /// correlator's programs on the same attach points returning at once,
     /// statistics on: what attaching anything there costs on this kernel
     /// (the tracepoint dispatch, and the statistics' clock reads).
@@ -105,9 +109,10 @@ enum Variant {
 }
 
 impl Variant {
-    const ALL: [Variant; 9] = [
+    const ALL: [Variant; 10] = [
         Variant::Bare,
         Variant::Correlator,
+        Variant::CorrelatorWithoutLocks,
         Variant::CorrelatorSampled,
         Variant::CorrelatorStacks,
         Variant::CorrelatorWithoutContext,
@@ -147,6 +152,7 @@ impl Variant {
             Variant::CorrelatorStacks => "corr. --stacks",
             Variant::CorrelatorSampled => "corr. sampled sys",
             Variant::CorrelatorWithoutContext => "corr. w/o sys+smp",
+            Variant::CorrelatorWithoutLocks => "corr. w/o lock spin",
             Variant::CorrelatorNoStats => "corr. no stats",
             Variant::Floor => "empty programs",
             Variant::FloorSampled => "empty, sampled sys",
@@ -379,6 +385,7 @@ fn measure(
         | Variant::CorrelatorStacks
         | Variant::CorrelatorSampled
         | Variant::CorrelatorWithoutContext
+        | Variant::CorrelatorWithoutLocks
         | Variant::CorrelatorNoStats
         | Variant::Floor
         | Variant::FloorSampled => {
@@ -392,6 +399,9 @@ fn measure(
             }
             if variant == Variant::CorrelatorWithoutContext {
                 cmd.env("CORRELATOR_NO_SYSCALL_CONTEXT", "1");
+            }
+            if variant == Variant::CorrelatorWithoutLocks {
+                cmd.env("CORRELATOR_NO_LOCK_SPIN", "1");
             }
             if variant == Variant::CorrelatorNoStats {
                 cmd.env("CORRELATOR_NO_BPF_STATS", "1");

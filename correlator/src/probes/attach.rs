@@ -94,16 +94,21 @@ impl ThreadTable {
 
 /// Attaches every program; without `context`, not the syscall and sample
 /// programs (a cost measurement only); without `hooks` (`--syscall-time
-/// sampled`), not the syscall hooks.
+/// sampled`), not the syscall hooks; without `locks`, not the lock
+/// contention programs (a cost measurement only).
 pub(super) fn attach_all(
     ebpf: &mut Ebpf,
     btf: &aya::Btf,
     sample_period_ns: u64,
     context: bool,
     hooks: bool,
+    locks: bool,
 ) -> Result<()> {
     for prog in TRACEPOINTS {
         if (!context || !hooks) && prog.starts_with("sys_") {
+            continue;
+        }
+        if !locks && prog.starts_with("contention_") {
             continue;
         }
         attach_tracepoint(ebpf, prog, btf)?;

@@ -311,10 +311,20 @@ impl Probes {
         let context = std::env::var_os("CORRELATOR_NO_SYSCALL_CONTEXT").is_none()
             || matches!(cfg.passive, Some(PassiveSource::Syscalls));
         let hooks = cfg.syscall_time == SyscallTime::Exact;
+        // Measurement only (the bench's "without lock spin" variant): the
+        // account then books kernel spins as the syscall's own work.
+        let locks = std::env::var_os("CORRELATOR_NO_LOCK_SPIN").is_none();
         // Parsed by aya for the BTF programs (the offsets above come from
         // our own reader): once for every program attached.
         let aya_btf = attach::kernel_btf()?;
-        attach_all(&mut ebpf, &aya_btf, cfg.sample_period_ns(), context, hooks)?;
+        attach_all(
+            &mut ebpf,
+            &aya_btf,
+            cfg.sample_period_ns(),
+            context,
+            hooks,
+            locks,
+        )?;
         if let Some(source) = &cfg.passive {
             attach_passive(&mut ebpf, &aya_btf, source, target.pid, hooks, sockets)?;
         }

@@ -196,6 +196,11 @@ pub async fn capture(
             "CORRELATOR_FLOOR_ONLY was set: every program returned at once, nothing was counted (a cost measurement)".into(),
         );
     }
+    if std::env::var_os("CORRELATOR_NO_LOCK_SPIN").is_some() {
+        notes.push(
+            "CORRELATOR_NO_LOCK_SPIN was set: kernel lock spins were not measured and count as the syscall's own work (a cost measurement)".into(),
+        );
+    }
     notes.extend(cfg.syscall_time.note().map(String::from));
     if !stats_enabled {
         notes.push("BPF run-time statistics were unavailable: program costs unknown".into());

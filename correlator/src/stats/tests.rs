@@ -99,21 +99,7 @@ fn lognormal(rng: &mut Rng, n: usize, mu: f64, sigma: f64) -> Vec<f64> {
 /// so the true change of the median is +10%).
 #[test]
 fn bootstrap_ci_covers_the_true_change() {
-    let mut rng = Rng::new(7);
-    let experiments = 1_000;
-    let mut covered = 0;
-    for i in 0..experiments {
-        let a = lognormal(&mut rng, 20, 3.0, 0.3);
-        let b: Vec<f64> = lognormal(&mut rng, 20, 3.0, 0.3)
-            .iter()
-            .map(|x| x * 1.10)
-            .collect();
-        let ci = bootstrap_change(&a, &b, 2_000, i);
-        if ci.ci_low_pct <= 10.0 && 10.0 <= ci.ci_high_pct {
-            covered += 1;
-        }
-    }
-    let rate = covered as f64 / experiments as f64;
+    let rate = coverage(Estimate::Medians, 1_000, 7);
     eprintln!("bootstrap coverage: {rate:.3}");
     assert!(rate >= 0.93, "coverage {rate}");
 }
@@ -123,23 +109,27 @@ fn bootstrap_ci_covers_the_true_change() {
 /// median is the true +10% for a pure scale change).
 #[test]
 fn hodges_lehmann_ci_covers_the_true_change() {
-    let mut rng = Rng::new(8);
-    let experiments = 500;
-    let mut covered = 0;
-    for i in 0..experiments {
-        let a = lognormal(&mut rng, 20, 3.0, 0.3);
-        let b: Vec<f64> = lognormal(&mut rng, 20, 3.0, 0.3)
-            .iter()
-            .map(|x| x * 1.10)
-            .collect();
-        let ci = bootstrap_change_of(&a, &b, 2_000, i, Estimate::HodgesLehmann);
-        if ci.ci_low_pct <= 10.0 && 10.0 <= ci.ci_high_pct {
-            covered += 1;
-        }
-    }
-    let rate = covered as f64 / experiments as f64;
+    let rate = coverage(Estimate::HodgesLehmann, 500, 8);
     eprintln!("Hodges-Lehmann bootstrap coverage: {rate:.3}");
     assert!(rate >= 0.93, "coverage {rate}");
+}
+
+/// Share of `experiments` simulated experiments (20 lognormal repetitions
+/// per side, B = A × 1.10) whose bootstrap CI of `estimate` holds +10%.
+fn coverage(estimate: Estimate, experiments: u64, seed: u64) -> f64 {
+    let mut rng = Rng::new(seed);
+    let covered = (0..experiments)
+        .filter(|&i| {
+            let a = lognormal(&mut rng, 20, 3.0, 0.3);
+            let b: Vec<f64> = lognormal(&mut rng, 20, 3.0, 0.3)
+                .iter()
+                .map(|x| x * 1.10)
+                .collect();
+            let ci = bootstrap_change_of(&a, &b, 2_000, i, estimate);
+            ci.ci_low_pct <= 10.0 && 10.0 <= ci.ci_high_pct
+        })
+        .count();
+    covered as f64 / experiments as f64
 }
 
 /// Two modes in both arms, as a bursty hog and host stalls give: A has

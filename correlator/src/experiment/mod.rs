@@ -886,7 +886,10 @@ mod tests {
         let reps = Reps::Auto { max: 20 };
         let (one, three) = (reps.design_for(0.05, 1), reps.design(0.05));
         let last = |d: &Design| *d.nominal_p.last().expect("looks");
-        assert!((last(&one) / last(&three) - 3.0).abs() < 0.3, "{one:?} {three:?}");
+        assert!(
+            (last(&one) / last(&three) - 3.0).abs() < 0.3,
+            "{one:?} {three:?}"
+        );
         assert!(last(&one) < 0.05 && last(&one) > 0.04, "{one:?}");
     }
 

@@ -275,8 +275,9 @@ pub enum Estimate {
     HodgesLehmann,
 }
 
-/// The relative change B vs A in percent, by `estimate`; `logs` are the
-/// values' logarithms (for the Hodges-Lehmann ratio), `pairs` scratch space.
+/// The relative change B vs A in percent, by `estimate`: for the
+/// Hodges-Lehmann ratio `a` and `b` hold the values' logarithms; `pairs`
+/// is scratch space.
 fn change_of(a: &[f64], b: &[f64], estimate: Estimate, pairs: &mut Vec<f64>) -> f64 {
     match estimate {
         Estimate::Medians => {

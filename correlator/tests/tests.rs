@@ -5,7 +5,9 @@
 //! paths, demo, experiments). Live tests fail rather than skip when `CI=true`.
 
 /// A test that needs root and BPF: skipped, with the reason printed,
-/// outside CI; a failure when `CI=true`.
+/// outside CI; a failure when `CI=true`. It starts when the host is quiet
+/// (`host::await_quiet`, bounded): it measures a server, not the host's
+/// steal bursts.
 macro_rules! live_test {
     ($(#[$meta:meta])* fn $name:ident() $body:block) => {
         $(#[$meta])*
@@ -14,11 +16,13 @@ macro_rules! live_test {
             if !$crate::util::live_or_skip(stringify!($name)) {
                 return;
             }
+            $crate::host::await_quiet(stringify!($name));
             $body
         }
     };
 }
 
+mod host;
 mod util;
 
 mod cli_errors;

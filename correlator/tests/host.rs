@@ -162,3 +162,52 @@ pub fn await_quiet(test: &str) -> Noise {
         std::thread::sleep(Duration::from_secs(3));
     }
 }
+
+/// All CPUs' (busy, steal) ticks from /proc/stat's first line: busy is
+/// user + nice + system + irq + softirq.
+fn busy_and_steal() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let v: Vec<u64> = text
+        .lines()
+        .next()
+        .expect("cpu line")
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().expect("tick count"))
+        .collect();
+    (v[0] + v[1] + v[2] + v[5] + v[6], v[7])
+}
+
+/// The host's share of a test's time, said when the test fails: a failure
+/// in a steal burst reads differently from one on a quiet host.
+pub struct Witness {
+    test: &'static str,
+    start: (u64, u64),
+    started: Instant,
+}
+
+impl Witness {
+    pub fn start(test: &'static str) -> Self {
+        Self {
+            test,
+            start: busy_and_steal(),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Witness {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let (busy, steal) = busy_and_steal();
+        let (busy, steal) = (busy - self.start.0, steal - self.start.1);
+        eprintln!(
+            "{}: during its {:.0} s the host took {:.0}% of the CPU time the VM wanted (steal / (busy + steal), /proc/stat)",
+            self.test,
+            self.started.elapsed().as_secs_f64(),
+            100.0 * steal as f64 / (busy + steal).max(1) as f64
+        );
+    }
+}

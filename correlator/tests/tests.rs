@@ -17,6 +17,7 @@ macro_rules! live_test {
                 return;
             }
             $crate::host::await_quiet(stringify!($name));
+            let _witness = $crate::host::Witness::start(stringify!($name));
             $body
         }
     };

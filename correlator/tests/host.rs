@@ -17,10 +17,10 @@ use std::{
 };
 
 /// Steal above this share of a CPU's probe second is a burst.
-const MAX_STEAL: f64 = 0.08;
+const MAX_STEAL: f64 = 0.05;
 /// A spin loop that misses the clock for longer than this was descheduled
 /// by the host (or by a guest task that should not be running).
-const MAX_GAP_NS: u64 = 15_000_000;
+const MAX_GAP_NS: u64 = 10_000_000;
 /// How long one test waits for quiet at most.
 const WAIT_PER_TEST: Duration = Duration::from_secs(180);
 /// How long the whole suite waits at most (CI has 90 minutes; the suite

@@ -297,10 +297,11 @@ pub fn run(
     }
     let most = REP_LENGTH * 2 * (MAX_REPS * chosen.len()) as u32;
     say(&format!(
-        "confirming {} cause(s) by experiment: at most {MAX_REPS} repetitions per arm of {:.1} s each, at most {:.0} s in all",
+        "confirming {} cause(s) by experiment: at most {MAX_REPS} repetitions per arm of {:.1} s each, at most {:.0} s in all ({:.0} s if the host disturbs repetitions, which run again)",
         chosen.len(),
         REP_LENGTH.as_secs_f64(),
-        most.as_secs_f64()
+        most.as_secs_f64(),
+        most.as_secs_f64() * 1.5
     ));
     for (planned, knob) in chosen {
         say(&format!("  {}: B = {}", planned.name(), knob.describe()));

@@ -67,13 +67,21 @@ pub fn run(args: &ExperimentArgs) -> Result<ExitCode> {
         &opts,
         |i, rep| {
             eprintln!(
-                "  rep {:>2} {:?}: {} samples, p50 {}, p99 {}, p99.9 {}",
+                "  rep {:>2} {:?}: {} samples, p50 {}, p99 {}, p99.9 {}{}",
                 i + 1,
                 rep.arm,
                 rep.count,
                 rep.p50_ns.map_or("-".into(), crate::latency::fmt_ns),
                 rep.p99_ns.map_or("-".into(), crate::latency::fmt_ns),
-                rep.p999_ns.map_or("-".into(), crate::latency::fmt_ns)
+                rep.p999_ns.map_or("-".into(), crate::latency::fmt_ns),
+                match rep.host_share {
+                    Some(h) if rep.repeated => format!(
+                        "; the host took {:.0}% of the CPU: measured the host, run again",
+                        h * 100.0
+                    ),
+                    Some(h) if h >= 0.01 => format!("; host {:.0}%", h * 100.0),
+                    _ => String::new(),
+                }
             );
         },
         |look, design| {
@@ -105,9 +113,11 @@ fn print_plan(opts: &experiment::ExperimentOptions) {
             max,
         ),
     };
+    // Up to one arm's worth more when the host disturbs repetitions.
     eprintln!(
-        "plan: {what}; each {:.1} s; at most {:.0} s in all",
+        "plan: {what}; each {:.1} s; at most {:.0} s in all ({:.0} s if the host disturbs repetitions, which run again)",
         per_rep.as_secs_f64(),
-        (per_rep * 2 * most as u32).as_secs_f64()
+        (per_rep * 2 * most as u32).as_secs_f64(),
+        (per_rep * 3 * most as u32).as_secs_f64()
     );
 }

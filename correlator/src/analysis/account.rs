@@ -144,6 +144,19 @@ impl TimeAccount {
             + self.steal_ns
     }
 
+    /// Time the thread ran or waited for its CPU: the only time an IRQ on
+    /// that CPU is booked to it (an IRQ while it slept delayed nobody).
+    pub fn on_or_waiting_for_cpu_ns(&self) -> u64 {
+        self.on_cpu_user_ns
+            + self.on_cpu_kernel_ns
+            + self.migration_ns
+            + self.runnable_ns
+            + self.lock_spin_ns
+            + self.hardirq_ns
+            + self.softirq_ns
+            + self.steal_ns
+    }
+
     /// Time the server itself spent delayed or busy (all but idle).
     fn busy_ns(&self) -> u64 {
         self.measured_ns().saturating_sub(self.idle_ns)

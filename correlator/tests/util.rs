@@ -86,9 +86,49 @@ impl Workload {
         self.child.id()
     }
 
+    /// Sends the go line. Stdin stays open (a `--hold` workload waits on
+    /// it after its report) until `finish*` or `release`.
     pub fn go(&mut self) {
-        let mut stdin = self.stdin.take().expect("go once");
+        let stdin = self.stdin.as_mut().expect("stdin");
         stdin.write_all(b"go\n").expect("write go");
+    }
+
+    /// Waits until the workload sleeps (state S: blocked on its stdin), so
+    /// that its switch out of the CPU has happened before whatever comes
+    /// next starts or stops counting.
+    pub fn wait_blocked(&self) {
+        let stat = format!("/proc/{}/stat", self.pid());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = std::fs::read_to_string(&stat).expect("stat");
+            // The state follows the parenthesised comm.
+            let state = text
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next());
+            if state == Some("S") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "workload never blocked: {text}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A `--hold` workload's report, read while it waits, blocked, to be
+    /// released.
+    pub fn held_report(&mut self) -> serde_json::Value {
+        let mut line = String::new();
+        BufReader::new(self.child.stdout.as_mut().expect("stdout"))
+            .read_line(&mut line)
+            .expect("report line");
+        serde_json::from_str(&line).expect("workload json")
+    }
+
+    /// Lets a `--hold` workload exit and waits for it.
+    pub fn release(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().expect("workload exit");
+        assert!(status.success(), "workload failed: {status:?}");
     }
 
     /// Waits for exit; returns (rusage before, rusage after) it reported.
@@ -111,7 +151,8 @@ impl Workload {
 
 impl Workload {
     /// Waits for exit; returns the whole report it printed.
-    pub fn finish_json(self) -> serde_json::Value {
+    pub fn finish_json(mut self) -> serde_json::Value {
+        drop(self.stdin.take());
         let out = self.child.wait_with_output().expect("workload output");
         assert!(out.status.success(), "workload failed: {:?}", out.status);
         serde_json::from_slice(&out.stdout).expect("workload json")
@@ -153,6 +194,13 @@ impl Recorder {
         // Keep draining stderr so the recorder never blocks on it.
         std::thread::spawn(move || for _ in lines {});
         Self { child, out }
+    }
+
+    /// Stops the recording as Ctrl-C would, and returns what it wrote.
+    pub fn interrupt(self) -> RunFile {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(i32::try_from(self.child.id()).expect("pid"), libc::SIGINT) };
+        self.wait()
     }
 
     pub fn wait(mut self) -> RunFile {

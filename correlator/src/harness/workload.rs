@@ -52,6 +52,13 @@ pub struct WorkloadArgs {
     /// --follow-children).
     #[arg(long)]
     pub in_child_process: bool,
+    /// After printing the report, wait for a second line (or EOF) on stdin
+    /// before exiting: a test can read the kernel's counters and stop the
+    /// recorder while the process sits blocked, so both count up to the
+    /// same moment (at exit the kernel's perf counters detach before the
+    /// last switches, which the recorder still sees).
+    #[arg(long)]
+    pub hold: bool,
     #[command(flatten)]
     pub syscalls: crate::harness::known_syscalls::SyscallWork,
 }
@@ -288,6 +295,11 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
         },
     )?;
     writeln!(out)?;
+    out.flush()?;
+    drop(out);
+    if args.hold {
+        std::io::stdin().lock().read_line(&mut line)?;
+    }
     Ok(())
 }
 

@@ -137,9 +137,9 @@ pub struct Rep {
     pub p50_ns: Option<u64>,
     pub p99_ns: Option<u64>,
     pub p999_ns: Option<u64>,
-    /// The share of the CPU time the machine's CPUs wanted that the host
-    /// took during the repetition (steal ÷ (busy + steal), all CPUs,
-    /// /proc/stat); absent where the kernel reports no steal column.
+    /// The most the host took of any CPU's wanted time during the
+    /// repetition (steal ÷ (busy + steal) per CPU, /proc/stat, CPUs that
+    /// wanted a tenth of the time); absent without a steal column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_share: Option<f64>,
     /// Run again because the host disturbed it (see [`HOST_DISTURBED`]);
@@ -153,24 +153,37 @@ pub struct Rep {
 /// same arm. A VM's host steals in bursts (here: 30-50% for 20-60 s,
 /// while a clean server's p99 went from 0.4 ms to 100 ms); a burst that
 /// falls on some repetitions of both arms widens both and hides a real
-/// change. The share is steal over the time the vCPUs wanted (busy +
-/// steal), not over wall time, so an arm that leaves a CPU idle (a
-/// stopped hog) is not judged quieter for it. Fixed, not tested: it says
+/// change. The share is steal over the time a vCPU wanted (busy +
+/// steal), per CPU, not over wall time and not pooled, so an arm that
+/// leaves a CPU idle (a stopped hog) or keeps it busy (the hog) is not
+/// judged quieter or noisier for it. Fixed, not tested: it says
 /// which repetitions are measurements of the server at all, before any
 /// comparison, and is the same for both arms.
 pub const HOST_DISTURBED: f64 = 0.10;
 
-/// (busy, steal) ticks of all CPUs from /proc/stat's `cpu` line (busy =
-/// user + nice + system + irq + softirq); None without a steal column.
-fn host_ticks() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    parse_cpu_line(text.lines().next()?)
+/// One CPU's ticks from a `cpuN` line of /proc/stat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CpuTicks {
+    /// user + nice + system + irq + softirq.
+    busy: u64,
+    steal: u64,
+    /// Every column up to steal, idle included.
+    total: u64,
 }
 
-fn parse_cpu_line(line: &str) -> Option<(u64, u64)> {
-    let mut f = line.strip_prefix("cpu ")?.split_whitespace();
+/// Per-CPU ticks from /proc/stat; None without a steal column.
+fn host_ticks() -> Option<Vec<CpuTicks>> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    text.lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .map(parse_cpu_line)
+        .collect()
+}
+
+fn parse_cpu_line(line: &str) -> Option<CpuTicks> {
+    let mut f = line.strip_prefix("cpu")?.split_whitespace().skip(1);
     let mut next = || f.next()?.parse::<u64>().ok();
-    let (user, nice, system, _idle, _iowait, irq, softirq, steal) = (
+    let (user, nice, system, idle, iowait, irq, softirq, steal) = (
         next()?,
         next()?,
         next()?,
@@ -180,14 +193,32 @@ fn parse_cpu_line(line: &str) -> Option<(u64, u64)> {
         next()?,
         next()?,
     );
-    Some((user + nice + system + irq + softirq, steal))
+    let busy = user + nice + system + irq + softirq;
+    Some(CpuTicks {
+        busy,
+        steal,
+        total: busy + idle + iowait + steal,
+    })
 }
 
-/// The host's share between two readings of [`host_ticks`].
-fn host_share(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<f64> {
-    let ((b0, s0), (b1, s1)) = (before?, after?);
-    let (busy, steal) = (b1.saturating_sub(b0), s1.saturating_sub(s0));
-    (busy + steal > 0).then(|| steal as f64 / (busy + steal) as f64)
+/// The most the host took of any CPU's wanted time (steal over busy +
+/// steal) between two readings of [`host_ticks`]. Per CPU, so that an
+/// arm that keeps one CPU busy (a hog) or leaves it idle does not dilute
+/// the steal of another; a CPU that wanted under a tenth of the time is
+/// left out (a tick or two of steal there is no evidence).
+fn host_share(before: Option<Vec<CpuTicks>>, after: Option<Vec<CpuTicks>>) -> Option<f64> {
+    let (before, after) = (before?, after?);
+    before
+        .iter()
+        .zip(&after)
+        .filter_map(|(b, a)| {
+            let busy = a.busy.saturating_sub(b.busy);
+            let steal = a.steal.saturating_sub(b.steal);
+            let total = a.total.saturating_sub(b.total);
+            let wanted = busy + steal;
+            (wanted > 0 && wanted * 10 >= total).then(|| steal as f64 / wanted as f64)
+        })
+        .reduce(f64::max)
 }
 
 impl Rep {
@@ -621,7 +652,7 @@ fn disturbed_note(disturbed: &[Rep], kept: &[Rep]) -> Option<String> {
     }
     let count = |arm: Arm| disturbed.iter().filter(|r| r.arm == arm).count();
     let mut note = format!(
-        "{} repetitions ({} A, {} B) were run again: the host took ≥ {:.0}% of the CPU time the VM wanted during them (steal ÷ (busy + steal), /proc/stat), so they measured the host, not the knob (listed in `disturbed`)",
+        "{} repetitions ({} A, {} B) were run again: the host took ≥ {:.0}% of a CPU's wanted time during them (steal ÷ (busy + steal), /proc/stat), so they measured the host, not the knob (listed in `disturbed`)",
         disturbed.len(),
         count(Arm::A),
         count(Arm::B),
@@ -999,22 +1030,40 @@ mod tests {
         }
     }
 
-    /// The host's share comes from /proc/stat's all-CPU line: steal over
-    /// busy + steal, idle and iowait left out (an idle CPU wants nothing).
+    /// The host's share comes from /proc/stat's per-CPU lines: steal
+    /// over busy + steal, idle and iowait left out (an idle CPU wants
+    /// nothing), the worst CPU that wanted a tenth of the time.
     #[test]
     fn the_host_share_is_steal_over_the_time_the_cpus_wanted() {
-        let line =
-            |user, system, idle, steal| format!("cpu  {user} 0 {system} {idle} 0 0 0 {steal} 0 0");
-        let before = parse_cpu_line(&line(100, 50, 1000, 10));
-        assert_eq!(before, Some((150, 10)));
-        // 60 busy ticks, 40 stolen, 900 idle: the host took 40%.
-        let after = parse_cpu_line(&line(140, 70, 1900, 50));
-        let share = host_share(before, after).expect("share");
+        let line = |cpu, user, system, idle, steal| {
+            format!("cpu{cpu} {user} 0 {system} {idle} 0 0 0 {steal} 0 0")
+        };
+        let at = |ticks: [(u64, u64, u64, u64); 3]| {
+            ticks
+                .iter()
+                .enumerate()
+                .map(|(i, &(u, s, idle, st))| parse_cpu_line(&line(i, u, s, idle, st)))
+                .collect::<Option<Vec<_>>>()
+        };
+        let before = at([(100, 50, 1000, 10), (0, 0, 1000, 0), (0, 0, 1000, 0)]);
+        assert_eq!(
+            before.as_ref().map(|v| v[0]),
+            Some(CpuTicks {
+                busy: 150,
+                steal: 10,
+                total: 1160
+            })
+        );
+        // CPU 0: 60 busy, 40 stolen, 900 idle: 40% of what it wanted.
+        // CPU 1: 500 busy, 0 stolen: a hog's CPU does not dilute CPU 0.
+        // CPU 2: 10 wanted of 1000, 5 stolen: too little to say anything.
+        let after = at([(140, 70, 1900, 50), (500, 0, 1500, 0), (5, 0, 1990, 5)]);
+        let share = host_share(before.clone(), after).expect("share");
         assert!((share - 0.4).abs() < 1e-9, "{share}");
-        assert!(parse_cpu_line("cpu0 1 2 3").is_none());
-        assert!(parse_cpu_line("cpu  1 2 3").is_none(), "no steal column");
+        assert!(parse_cpu_line("cpu 1 2 3").is_none());
+        assert!(parse_cpu_line("cpu0 1 2 3").is_none(), "no steal column");
         // Nothing wanted, nothing to say.
-        assert_eq!(host_share(before, before), None);
+        assert_eq!(host_share(before.clone(), before), None);
         let rep = |host_share| Rep {
             arm: Arm::A,
             count: 1,

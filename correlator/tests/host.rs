@@ -73,16 +73,6 @@ fn steal_ticks() -> Vec<u64> {
         .collect()
 }
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Spins one thread per CPU for `span`, each pinned, and returns the
 /// longest gap any of them saw between two clock reads.
 fn spin_all(span: Duration) -> u64 {
@@ -96,14 +86,15 @@ fn spin_all(span: Duration) -> u64 {
                     libc::CPU_SET(cpu, &mut set);
                     libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
                 }
-                let end = now_ns() + span.as_nanos() as u64;
-                let (mut last, mut worst) = (now_ns(), 0);
-                while last < end {
-                    let t = now_ns();
+                // Instant is CLOCK_MONOTONIC.
+                let start = Instant::now();
+                let (mut last, mut worst) = (Duration::ZERO, Duration::ZERO);
+                while last < span {
+                    let t = start.elapsed();
                     worst = worst.max(t - last);
                     last = t;
                 }
-                worst
+                u64::try_from(worst.as_nanos()).unwrap_or(u64::MAX)
             })
         })
         .collect();

@@ -1,5 +1,6 @@
 //! CPUs and the calling thread's place on them: affinity, CPU lists, the
-//! online count, and the thread's name (what `comm` shows).
+//! online count, the thread's name (what `comm` shows), and each CPU's
+//! time as /proc/stat counts it.
 
 use anyhow::{Result, bail};
 
@@ -106,4 +107,62 @@ pub fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
         }
     }
     Some(cpus)
+}
+
+/// One CPU's time from its `cpuN` line of /proc/stat, in USER_HZ ticks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTicks {
+    /// user + nice + system + irq + softirq.
+    pub busy: u64,
+    /// Time the hypervisor ran something else while this vCPU wanted to run.
+    pub steal: u64,
+    /// Every column up to steal, idle and iowait included.
+    pub total: u64,
+}
+
+/// Per-CPU ticks from /proc/stat, indexed by CPU number (a CPU the file
+/// skips, offline, reads zero); None if it cannot be read or a CPU's line
+/// has no steal column.
+pub fn proc_stat_ticks() -> Option<Vec<CpuTicks>> {
+    parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// [`proc_stat_ticks`] of a /proc/stat text.
+pub fn parse_proc_stat(text: &str) -> Option<Vec<CpuTicks>> {
+    let mut out: Vec<CpuTicks> = Vec::new();
+    for line in text.lines() {
+        // `cpuN ...` only: the all-CPU line is `cpu  ...`, whose first
+        // number is a tick count, not a CPU id.
+        let Some(rest) = line
+            .strip_prefix("cpu")
+            .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let Some(id) = fields.next().and_then(|c| c.parse::<usize>().ok()) else {
+            continue;
+        };
+        let mut next = || fields.next()?.parse::<u64>().ok();
+        let (user, nice, system, idle, iowait, irq, softirq, steal) = (
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+        );
+        let busy = user + nice + system + irq + softirq;
+        if out.len() <= id {
+            out.resize(id + 1, CpuTicks::default());
+        }
+        out[id] = CpuTicks {
+            busy,
+            steal,
+            total: busy + idle + iowait + steal,
+        };
+    }
+    Some(out)
 }

@@ -30,6 +30,7 @@ use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    cpu::CpuTicks,
     latency::fmt_ns,
     loadgen::{self, LoadOptions},
     probes::{ProbeConfig, Probes},
@@ -161,48 +162,8 @@ pub struct Rep {
 /// comparison, and is the same for both arms.
 pub const HOST_DISTURBED: f64 = 0.10;
 
-/// One CPU's ticks from a `cpuN` line of /proc/stat.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct CpuTicks {
-    /// user + nice + system + irq + softirq.
-    busy: u64,
-    steal: u64,
-    /// Every column up to steal, idle included.
-    total: u64,
-}
-
-/// Per-CPU ticks from /proc/stat; None without a steal column.
-fn host_ticks() -> Option<Vec<CpuTicks>> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    text.lines()
-        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
-        .map(parse_cpu_line)
-        .collect()
-}
-
-fn parse_cpu_line(line: &str) -> Option<CpuTicks> {
-    let mut f = line.strip_prefix("cpu")?.split_whitespace().skip(1);
-    let mut next = || f.next()?.parse::<u64>().ok();
-    let (user, nice, system, idle, iowait, irq, softirq, steal) = (
-        next()?,
-        next()?,
-        next()?,
-        next()?,
-        next()?,
-        next()?,
-        next()?,
-        next()?,
-    );
-    let busy = user + nice + system + irq + softirq;
-    Some(CpuTicks {
-        busy,
-        steal,
-        total: busy + idle + iowait + steal,
-    })
-}
-
 /// The most the host took of any CPU's wanted time (steal over busy +
-/// steal) between two readings of [`host_ticks`]. Per CPU, so that an
+/// steal) between two readings of [`crate::cpu::proc_stat_ticks`]. Per CPU, so that an
 /// arm that keeps one CPU busy (a hog) or leaves it idle does not dilute
 /// the steal of another; a CPU that wanted under a tenth of the time is
 /// left out (a tick or two of steal there is no evidence).
@@ -499,9 +460,9 @@ fn one_rep(opts: &ExperimentOptions, load: &LoadOptions, arm: Arm, target: &Targ
     } else {
         None
     };
-    let before = host_ticks();
+    let before = crate::cpu::proc_stat_ticks();
     let result = loadgen::run(load, None);
-    let host = host_share(before, host_ticks());
+    let host = host_share(before, crate::cpu::proc_stat_ticks());
     drop(probes);
     cancel.store(true, Ordering::Relaxed);
     let _ = watcher.join();
@@ -1039,11 +1000,12 @@ mod tests {
             format!("cpu{cpu} {user} 0 {system} {idle} 0 0 0 {steal} 0 0")
         };
         let at = |ticks: [(u64, u64, u64, u64); 3]| {
-            ticks
+            let text: String = ticks
                 .iter()
                 .enumerate()
-                .map(|(i, &(u, s, idle, st))| parse_cpu_line(&line(i, u, s, idle, st)))
-                .collect::<Option<Vec<_>>>()
+                .map(|(i, &(u, s, idle, st))| line(i, u, s, idle, st) + "\n")
+                .collect();
+            crate::cpu::parse_proc_stat(&format!("cpu  1 2 3 4 5 6 7 8 9 10\n{text}"))
         };
         let before = at([(100, 50, 1000, 10), (0, 0, 1000, 0), (0, 0, 1000, 0)]);
         assert_eq!(
@@ -1060,8 +1022,10 @@ mod tests {
         let after = at([(140, 70, 1900, 50), (500, 0, 1500, 0), (5, 0, 1990, 5)]);
         let share = host_share(before.clone(), after).expect("share");
         assert!((share - 0.4).abs() < 1e-9, "{share}");
-        assert!(parse_cpu_line("cpu 1 2 3").is_none());
-        assert!(parse_cpu_line("cpu0 1 2 3").is_none(), "no steal column");
+        assert!(
+            crate::cpu::parse_proc_stat("cpu0 1 2 3").is_none(),
+            "no steal column"
+        );
         // Nothing wanted, nothing to say.
         assert_eq!(host_share(before.clone(), before), None);
         let rep = |host_share| Rep {

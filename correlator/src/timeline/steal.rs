@@ -30,38 +30,16 @@ pub struct StealSampler {
 
 /// Per-CPU steal so far, ns, from /proc/stat.
 fn read_steal() -> Option<Vec<u64>> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
     // SAFETY: sysconf has no preconditions.
     let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
         .ok()
         .filter(|&h| h > 0)?;
-    Some(parse_steal(&text, hz))
+    Some(steal_ns(&crate::cpu::proc_stat_ticks()?, hz))
 }
 
-/// Steal per CPU, ns, from /proc/stat's `cpuN ...` lines (steal is the 8th
-/// value, in USER_HZ ticks), indexed by CPU number.
-fn parse_steal(text: &str, hz: u64) -> Vec<u64> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        // `cpuN ...` only: the all-CPU line is `cpu  ...`, whose first
-        // number is a tick count, not a CPU id.
-        let Some(rest) = line
-            .strip_prefix("cpu")
-            .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
-        else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let Some(id) = fields.next().and_then(|c| c.parse::<usize>().ok()) else {
-            continue;
-        };
-        let steal: u64 = fields.nth(7).and_then(|v| v.parse().ok()).unwrap_or(0);
-        if out.len() <= id {
-            out.resize(id + 1, 0);
-        }
-        out[id] = steal * 1_000_000_000 / hz;
-    }
-    out
+/// Steal per CPU, ns, from ticks of USER_HZ `hz`.
+fn steal_ns(ticks: &[crate::cpu::CpuTicks], hz: u64) -> Vec<u64> {
+    ticks.iter().map(|t| t.steal * 1_000_000_000 / hz).collect()
 }
 
 impl StealSampler {
@@ -109,8 +87,9 @@ mod tests {
                     cpu1 767927 40 140277 1109749 7257 0 31444 17717 0 0\n\
                     intr 12345 1 2 3\n\
                     softirq 1 2 3\n";
+        let ticks = crate::cpu::parse_proc_stat(text).expect("ticks");
         assert_eq!(
-            parse_steal(text, 100),
+            steal_ns(&ticks, 100),
             vec![11_319 * 10_000_000, 17_717 * 10_000_000]
         );
     }

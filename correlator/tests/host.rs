@@ -59,16 +59,20 @@ impl std::fmt::Display for Noise {
     }
 }
 
-/// Per-CPU steal ticks (USER_HZ) from /proc/stat.
-fn steal_ticks() -> Vec<u64> {
+/// Per-CPU (busy, steal) ticks (USER_HZ) from /proc/stat's `cpuN` lines:
+/// busy is user + nice + system + irq + softirq. Read here rather than
+/// through correlator's own reader: this is the tests' ground truth.
+fn cpu_ticks() -> Vec<(u64, u64)> {
     let text = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
     text.lines()
         .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
         .map(|l| {
-            l.split_whitespace()
-                .nth(8)
-                .and_then(|v| v.parse().ok())
-                .expect("steal column")
+            let v: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .map(|x| x.parse().expect("tick count"))
+                .collect();
+            (v[0] + v[1] + v[2] + v[5] + v[6], v[7])
         })
         .collect()
 }
@@ -108,22 +112,23 @@ fn spin_all(span: Duration) -> u64 {
 /// One probe second.
 pub fn probe() -> Noise {
     let span = Duration::from_secs(1);
-    let before = steal_ticks();
+    let before = cpu_ticks();
     let started = Instant::now();
     let max_gap_ns = spin_all(span);
     let wall = started.elapsed().as_secs_f64();
-    let after = steal_ticks();
+    let after = cpu_ticks();
     let hz = 100.0; // USER_HZ, fixed at 100 by the kernel's ABI.
     let steal = before
         .iter()
         .zip(&after)
-        .map(|(b, a)| a.saturating_sub(*b) as f64 / hz / wall)
+        .map(|(b, a)| a.1.saturating_sub(b.1) as f64 / hz / wall)
         .fold(0.0, f64::max);
     Noise { steal, max_gap_ns }
 }
 
-/// Waits, within the per-test and per-suite budgets, until a probe second
-/// is quiet; prints what it saw. Returns the last probe.
+/// Waits, within the per-test and per-suite budgets, until
+/// `QUIET_IN_A_ROW` probe seconds in a row are quiet; prints what it saw
+/// when it waited long or gave up. Returns the last probe.
 pub fn await_quiet(test: &str) -> Noise {
     let started = Instant::now();
     let mut in_a_row = 0;
@@ -154,19 +159,11 @@ pub fn await_quiet(test: &str) -> Noise {
     }
 }
 
-/// All CPUs' (busy, steal) ticks from /proc/stat's first line: busy is
-/// user + nice + system + irq + softirq.
+/// All CPUs' (busy, steal) ticks.
 fn busy_and_steal() -> (u64, u64) {
-    let text = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-    let v: Vec<u64> = text
-        .lines()
-        .next()
-        .expect("cpu line")
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().expect("tick count"))
-        .collect();
-    (v[0] + v[1] + v[2] + v[5] + v[6], v[7])
+    cpu_ticks()
+        .into_iter()
+        .fold((0, 0), |(b, s), (cb, cs)| (b + cb, s + cs))
 }
 
 /// The host's share of a test's time, said when the test fails: a failure

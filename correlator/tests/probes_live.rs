@@ -304,9 +304,7 @@ live_test! {
         let rec = Recorder::start(work.pid(), dir.join("i.run"), &[]);
         work.go();
         std::thread::sleep(std::time::Duration::from_millis(500));
-        // SAFETY: plain kill(2) on our own child.
-        unsafe { libc::kill(i32::try_from(rec.child.id()).expect("pid"), libc::SIGINT) };
-        let run = rec.wait();
+        let run = rec.interrupt();
         assert_eq!(run.stop_reason, StopReason::Interrupted);
         assert!(run.totals.context_switches_voluntary >= 100);
         let _ = work.child.kill();

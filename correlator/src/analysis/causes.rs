@@ -118,6 +118,12 @@ impl CauseKind {
         }
     }
 
+    /// IRQ time: booked to the thread only while it ran or waited for its
+    /// CPU, so tested as a share of that time (see `shares`).
+    pub(crate) fn booked_only_on_or_waiting_for_cpu(self) -> bool {
+        matches!(self, CauseKind::Hardirq | CauseKind::Softirq)
+    }
+
     /// Measured time of this cause in one account.
     pub(crate) fn time(self, a: &TimeAccount) -> u64 {
         match self {
@@ -277,9 +283,12 @@ fn dominant(
 /// thread was exposed to them; windows with no such time say nothing
 /// about IRQs and are left out, on both sides alike.
 fn shares<'a>(accounts: impl Iterator<Item = &'a TimeAccount>, kind: CauseKind) -> Vec<f64> {
-    let exposure = |a: &TimeAccount| match kind {
-        CauseKind::Hardirq | CauseKind::Softirq => a.on_or_waiting_for_cpu_ns(),
-        _ => a.duration_ns.max(1),
+    let exposure = |a: &TimeAccount| {
+        if kind.booked_only_on_or_waiting_for_cpu() {
+            a.on_or_waiting_for_cpu_ns()
+        } else {
+            a.duration_ns.max(1)
+        }
     };
     accounts
         .filter(|a| exposure(a) > 0)
@@ -369,7 +378,7 @@ pub fn rank(
                     .copied()
                     .unwrap_or(0.0)
             };
-            let of = if matches!(kind, CauseKind::Hardirq | CauseKind::Softirq) {
+            let of = if kind.booked_only_on_or_waiting_for_cpu() {
                 " of the time on or waiting for the CPU"
             } else {
                 ""

@@ -330,34 +330,7 @@ fn irqs_at_the_usual_rate_in_stolen_stalls_are_not_a_cause() {
     // asleep waiting for work, a wake-up, 100 µs running with 3.5 µs of
     // IRQs: 3.3% of the time on or waiting for the CPU (0.35% of the
     // window).
-    let (start, end) = (T0, T0 + 5_000 * MS);
-    let stalls: Vec<(u64, u64)> = sporadic_times(40, 5)
-        .into_iter()
-        .map(|at| (at, 20 * MS))
-        .collect();
-    let mut t = start;
-    while t < end {
-        if !stalls.iter().any(|&(at, len)| t + MS > at && t < at + len) {
-            s.off(
-                SERVER,
-                t,
-                5 * US,
-                800 * US,
-                false,
-                "",
-                Site::Idle,
-                Some(232),
-            );
-            s.on_cpu(
-                SERVER,
-                t + 805 * US,
-                100 * US,
-                &[(Account::HardIrq, 3_500)],
-                0.0,
-            );
-        }
-        t += MS;
-    }
+    s.ordinary_sleeps_with(SERVER, &[(Account::HardIrq, 3_500)]);
     let a = run(s);
     // Tested and not claimed (a claim would be dropped from the causes
     // when the environment holds the tail, so look at what was tested).

@@ -230,13 +230,19 @@ impl Synth {
     /// epoll_wait (recorded), then 100 µs on the CPU, every ms, except
     /// where a stall is (placed before this is called).
     pub fn ordinary_sleeps(&mut self, tid: u32) {
+        self.ordinary_sleeps_with(tid, &[]);
+    }
+
+    /// As [`Self::ordinary_sleeps`], with `kernel` of each 100 µs on the
+    /// CPU in those slots (IRQ time, syscalls...).
+    pub fn ordinary_sleeps_with(&mut self, tid: u32, kernel: &[(Account, u64)]) {
         let (start, end) = (self.phases[0].1, self.phases[self.phases.len() - 1].2);
         let stalls = self.stalls.clone();
         let mut t = start;
         while t < end {
             if !stalls.iter().any(|&(at, len)| t + MS > at && t < at + len) {
                 self.off(tid, t, 5 * US, 800 * US, false, "", Site::Idle, Some(232));
-                self.on_cpu(tid, t + 805 * US, 100 * US, &[], 0.0);
+                self.on_cpu(tid, t + 805 * US, 100 * US, kernel, 0.0);
             }
             t += MS;
         }

@@ -38,7 +38,12 @@ pub fn run(a: &DemoArgs) -> Result<ExitCode> {
         rate: a.rate,
     };
     println!("{}", suite::header());
-    let outcomes = suite::run_suite(&opts, |o| println!("{}", suite::row(o)))?;
+    let outcomes = suite::run_suite(&opts, |o| {
+        println!("{}", suite::row(o));
+        if let Some(note) = suite::host_note(o) {
+            println!("{note}");
+        }
+    })?;
     let bad = outcomes.iter().filter(|o| !o.correct).count();
     if let Some(path) = json {
         std::fs::write(path, serde_json::to_string_pretty(&outcomes)?)?;

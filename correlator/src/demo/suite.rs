@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::Scenario;
 use crate::{
     analysis::{AnalysisOptions, CauseKind},
+    cpu,
     experiment::knobs::{self, Knob, Saved},
     latency::fmt_ns,
     loadgen::{
@@ -53,6 +54,12 @@ pub struct Outcome {
     pub p99_ns: Option<u64>,
     pub correct: bool,
     pub html: PathBuf,
+    /// The most the host took of a CPU's wanted time during the kept run
+    /// (see [`cpu::host_share`]); absent without a steal column.
+    pub host_share: Option<f64>,
+    /// The host's share in each earlier run of the scenario, run again
+    /// because it measured the host.
+    pub disturbed: Vec<f64>,
 }
 
 /// A child process killed on drop.
@@ -132,7 +139,37 @@ fn spawn_server(exe: &PathBuf, s: Scenario) -> Result<(Proc, String)> {
     Ok((Proc(child), addr))
 }
 
+/// At most this many runs of one scenario while the host disturbs them.
+const MAX_ATTEMPTS: usize = 4;
+
+/// Runs a scenario, and again (at most [`MAX_ATTEMPTS`] in all) while the
+/// host took so much of the CPU during it that the run measured the host
+/// rather than the injected cause (see [`cpu::HOST_DISTURBED`]). Judged
+/// from /proc/stat before and after, whatever the verdict: in 162 saved
+/// scenario runs from fresh machines, the 11 misattributed ones were all
+/// among the 35 in which the host took 10% or more of a CPU (the clean
+/// server's p99 at 100-250 ms, most of the episodes' time stolen), and
+/// what such a run names is, correctly, the host.
 pub fn run_scenario(exe: &PathBuf, s: Scenario, opts: &SuiteOptions) -> Result<Outcome> {
+    let mut disturbed = Vec::new();
+    loop {
+        let before = cpu::proc_stat_ticks();
+        let mut outcome = attempt(exe, s, opts)?;
+        outcome.host_share = cpu::host_share(before, cpu::proc_stat_ticks());
+        let again = outcome.host_share.is_some_and(cpu::host_disturbed)
+            && disturbed.len() + 1 < MAX_ATTEMPTS;
+        if !again {
+            outcome.disturbed = disturbed;
+            return Ok(outcome);
+        }
+        disturbed.push(outcome.host_share.unwrap_or_default());
+        // Host bursts last tens of seconds: let this one pass.
+        std::thread::sleep(Duration::from_secs(5));
+    }
+}
+
+/// One run of a scenario, judged.
+fn attempt(exe: &PathBuf, s: Scenario, opts: &SuiteOptions) -> Result<Outcome> {
     // Loopback receive work goes to the server's CPU, as a NIC's IRQ
     // affinity or RPS would send it there in production.
     let _rps = if s == Scenario::Softirq {
@@ -226,6 +263,8 @@ pub fn run_scenario(exe: &PathBuf, s: Scenario, opts: &SuiteOptions) -> Result<O
         p99_ns: report.latency.summary.value_at(99.0),
         correct,
         html: outputs.html.unwrap_or_default(),
+        host_share: None,
+        disturbed: Vec::new(),
     })
 }
 
@@ -271,4 +310,66 @@ pub fn row(o: &Outcome) -> String {
         o.p99_ns.map_or("-".into(), fmt_ns),
         if o.correct { "ok" } else { "MISATTRIBUTED" }
     )
+}
+
+/// What the host did to a scenario, when it did anything: the runs it
+/// disturbed, and whether it disturbed the kept one too.
+pub fn host_note(o: &Outcome) -> Option<String> {
+    let pct = |h: &f64| format!("{:.0}%", h * 100.0);
+    let earlier = (!o.disturbed.is_empty()).then(|| {
+        let shares: Vec<String> = o.disturbed.iter().map(pct).collect();
+        format!(
+            "run {} times: the host took {} of a CPU during the earlier run(s), which measured it",
+            o.disturbed.len() + 1,
+            shares.join(", ")
+        )
+    });
+    let kept = o.host_share.filter(|&h| cpu::host_disturbed(h)).map(|h| {
+        format!(
+            "the host took {} of a CPU during the kept run too: its verdict measures the host",
+            pct(&h)
+        )
+    });
+    let parts: Vec<String> = earlier.into_iter().chain(kept).collect();
+    (!parts.is_empty()).then(|| format!("  {}: {}", o.scenario, parts.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(host_share: Option<f64>, disturbed: Vec<f64>) -> Outcome {
+        Outcome {
+            scenario: "preemption",
+            injected: "",
+            expected_signature: "sporadic",
+            expected_cause: Some(CauseKind::Preemption),
+            detected_signature: "sporadic".into(),
+            detected_cause: Some(CauseKind::Preemption),
+            episodes: 1,
+            explained: 1.0,
+            p99_ns: None,
+            correct: true,
+            html: PathBuf::new(),
+            host_share,
+            disturbed,
+        }
+    }
+
+    /// A quiet run says nothing; the runs the host disturbed are counted
+    /// with its shares, and a kept run it disturbed too is said to measure
+    /// the host.
+    #[test]
+    fn the_host_note_says_which_runs_measured_the_host() {
+        assert_eq!(host_note(&outcome(Some(0.02), vec![])), None);
+        assert_eq!(host_note(&outcome(None, vec![])), None);
+        let note = host_note(&outcome(Some(0.03), vec![0.31, 0.12])).expect("note");
+        assert!(note.contains("run 3 times"), "{note}");
+        assert!(note.contains("31%, 12%"), "{note}");
+        assert!(!note.contains("kept run"), "{note}");
+        let note = host_note(&outcome(Some(0.4), vec![0.2, 0.3, 0.5])).expect("note");
+        assert!(note.contains("run 4 times"), "{note}");
+        assert!(note.contains("kept run too"), "{note}");
+        assert!(note.contains("40%"), "{note}");
+    }
 }

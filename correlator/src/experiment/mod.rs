@@ -30,7 +30,7 @@ use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    cpu::CpuTicks,
+    cpu::HOST_DISTURBED,
     latency::fmt_ns,
     loadgen::{self, LoadOptions},
     probes::{ProbeConfig, Probes},
@@ -149,44 +149,11 @@ pub struct Rep {
     pub repeated: bool,
 }
 
-/// A repetition during which the host took at least this share of the CPU
-/// time the VM wanted measured the host, not the knob: it is run again,
-/// same arm. A VM's host steals in bursts (here: 30-50% for 20-60 s,
-/// while a clean server's p99 went from 0.4 ms to 100 ms); a burst that
-/// falls on some repetitions of both arms widens both and hides a real
-/// change. The share is steal over the time a vCPU wanted (busy +
-/// steal), per CPU, not over wall time and not pooled, so an arm that
-/// leaves a CPU idle (a stopped hog) or keeps it busy (the hog) is not
-/// judged quieter or noisier for it. Fixed, not tested: it says
-/// which repetitions are measurements of the server at all, before any
-/// comparison, and is the same for both arms.
-pub const HOST_DISTURBED: f64 = 0.10;
-
-/// The most the host took of any CPU's wanted time (steal over busy +
-/// steal) between two readings of [`crate::cpu::proc_stat_ticks`]. Per CPU, so that an
-/// arm that keeps one CPU busy (a hog) or leaves it idle does not dilute
-/// the steal of another; a CPU that wanted under a tenth of the time is
-/// left out (a tick or two of steal there is no evidence).
-fn host_share(before: Option<Vec<CpuTicks>>, after: Option<Vec<CpuTicks>>) -> Option<f64> {
-    let (before, after) = (before?, after?);
-    before
-        .iter()
-        .zip(&after)
-        .filter_map(|(b, a)| {
-            let busy = a.busy.saturating_sub(b.busy);
-            let steal = a.steal.saturating_sub(b.steal);
-            let total = a.total.saturating_sub(b.total);
-            let wanted = busy + steal;
-            (wanted > 0 && wanted * 10 >= total).then(|| steal as f64 / wanted as f64)
-        })
-        .reduce(f64::max)
-}
-
 impl Rep {
     /// Whether the host took so much of the CPU that this repetition
     /// measured it rather than the server.
     pub fn host_disturbed(&self) -> bool {
-        self.host_share.is_some_and(|h| h >= HOST_DISTURBED)
+        self.host_share.is_some_and(crate::cpu::host_disturbed)
     }
 }
 
@@ -462,7 +429,7 @@ fn one_rep(opts: &ExperimentOptions, load: &LoadOptions, arm: Arm, target: &Targ
     };
     let before = crate::cpu::proc_stat_ticks();
     let result = loadgen::run(load, None);
-    let host = host_share(before, crate::cpu::proc_stat_ticks());
+    let host = crate::cpu::host_share(before, crate::cpu::proc_stat_ticks());
     drop(probes);
     cancel.store(true, Ordering::Relaxed);
     let _ = watcher.join();
@@ -991,43 +958,10 @@ mod tests {
         }
     }
 
-    /// The host's share comes from /proc/stat's per-CPU lines: steal
-    /// over busy + steal, idle and iowait left out (an idle CPU wants
-    /// nothing), the worst CPU that wanted a tenth of the time.
+    /// A repetition is disturbed from [`HOST_DISTURBED`] on, and not
+    /// without a share to judge.
     #[test]
-    fn the_host_share_is_steal_over_the_time_the_cpus_wanted() {
-        let line = |cpu, user, system, idle, steal| {
-            format!("cpu{cpu} {user} 0 {system} {idle} 0 0 0 {steal} 0 0")
-        };
-        let at = |ticks: [(u64, u64, u64, u64); 3]| {
-            let text: String = ticks
-                .iter()
-                .enumerate()
-                .map(|(i, &(u, s, idle, st))| line(i, u, s, idle, st) + "\n")
-                .collect();
-            crate::cpu::parse_proc_stat(&format!("cpu  1 2 3 4 5 6 7 8 9 10\n{text}"))
-        };
-        let before = at([(100, 50, 1000, 10), (0, 0, 1000, 0), (0, 0, 1000, 0)]);
-        assert_eq!(
-            before.as_ref().map(|v| v[0]),
-            Some(CpuTicks {
-                busy: 150,
-                steal: 10,
-                total: 1160
-            })
-        );
-        // CPU 0: 60 busy, 40 stolen, 900 idle: 40% of what it wanted.
-        // CPU 1: 500 busy, 0 stolen: a hog's CPU does not dilute CPU 0.
-        // CPU 2: 10 wanted of 1000, 5 stolen: too little to say anything.
-        let after = at([(140, 70, 1900, 50), (500, 0, 1500, 0), (5, 0, 1990, 5)]);
-        let share = host_share(before.clone(), after).expect("share");
-        assert!((share - 0.4).abs() < 1e-9, "{share}");
-        assert!(
-            crate::cpu::parse_proc_stat("cpu0 1 2 3").is_none(),
-            "no steal column"
-        );
-        // Nothing wanted, nothing to say.
-        assert_eq!(host_share(before.clone(), before), None);
+    fn a_repetition_is_disturbed_from_the_threshold_on() {
         let rep = |host_share| Rep {
             arm: Arm::A,
             count: 1,

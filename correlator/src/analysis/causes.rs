@@ -463,15 +463,17 @@ pub fn rank(
 /// (dominant in none of 32 episodes), which led the causes of a run in
 /// which the host took 36% of a CPU (fresh77).
 fn environment_leads(families: &[Family], causes: &[Cause]) -> bool {
-    let claimed = |f: &Family| {
-        causes
-            .iter()
-            .any(|c| c.cause.is_server() && c.cause.tested_as() == f.cause.tested_as())
-    };
     families.first().is_some_and(|f| f.environment)
         && !families
             .iter()
-            .any(|f| f.leads_under_environment && claimed(f))
+            .any(|f| f.leads_under_environment && claimed(causes, f))
+}
+
+/// Whether a family's category is among the server causes the tests kept.
+pub(super) fn claimed(causes: &[Cause], f: &Family) -> bool {
+    causes
+        .iter()
+        .any(|c| c.cause.is_server() && c.cause.tested_as() == f.cause.tested_as())
 }
 
 /// In how many episodes and baseline windows a category is the dominant

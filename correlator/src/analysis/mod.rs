@@ -250,11 +250,11 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
 fn lead_with_top_family(
     sig: signature::SignatureResult,
     families: &[families::Family],
-    kept: &[CauseKind],
+    kept: &[Cause],
 ) -> signature::SignatureResult {
     let stands = |f: &&families::Family| {
         matches!(f.signature, Signature::Periodic | Signature::LoadCorrelated)
-            || kept.contains(&f.cause.tested_as())
+            || causes::claimed(kept, f)
     };
     let server = || families.iter().filter(|f| !f.environment);
     let Some(top) = server().find(stands).or_else(|| server().next()) else {
@@ -300,21 +300,16 @@ fn lead_with_top_family(
     }
 }
 
-/// The server categories whose time in episodes the baseline tests kept.
-/// Whether a category is kept does not depend on the signature (only
-/// on-CPU time's name does: queueing under a load-correlated one), so the
-/// causes are ranked here once as sporadic to learn it.
-fn kept_categories(
+/// The causes the baseline tests kept. Whether a category is kept does
+/// not depend on the signature (only on-CPU time's name does: queueing
+/// under a load-correlated one), so the causes are ranked here once as
+/// sporadic to learn it.
+fn kept_causes(
     episodes: &[Episode],
     baseline: &[TimeAccount],
     families: &[families::Family],
-) -> Vec<CauseKind> {
-    causes::rank(episodes, baseline, families, Signature::Sporadic)
-        .causes
-        .iter()
-        .filter(|c| c.cause.is_server())
-        .map(|c| c.cause.tested_as())
-        .collect()
+) -> Vec<Cause> {
+    causes::rank(episodes, baseline, families, Signature::Sporadic).causes
 }
 
 /// Stretches outside every episode (kept a bucket-and-more away from
@@ -499,7 +494,7 @@ fn classify(
 ) -> Classification {
     let sig = signature::too_few_spikes(episodes, latency, explicit_slo, percentile)
         .unwrap_or_else(|| {
-            let kept = kept_categories(episodes, baseline, families);
+            let kept = kept_causes(episodes, baseline, families);
             lead_with_top_family(signature::signature(episodes, latency), families, &kept)
         });
     if sig.signature == Signature::None {

@@ -20,7 +20,8 @@ const SCENARIOS: [&str; 9] = [
 ];
 
 live_test! {
-    fn every_injected_cause_is_named() {
+    /// `demo` runs a scenario the host disturbed again itself.
+    self_remeasured fn every_injected_cause_is_named() {
         let dir = scratch("demo");
         // The softirq scenario steers loopback receive work with RPS and must
         // put the setting back.

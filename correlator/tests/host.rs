@@ -8,10 +8,24 @@
 //! one-second spins on every CPU, 3 s apart, see little steal and no long
 //! stall, like a benchmark harness that lets the machine settle. The probe reads the
 //! kernel's own steal counter (/proc/stat) and its own clock gaps: ground
-//! truth from outside correlator. It never skips or retries a test: when the
-//! budget runs out the test measures anyway and says how noisy the host was.
+//! truth from outside correlator.
+//!
+//! A burst can still start after the test did: the host took 26–46% of
+//! the wanted CPU time during three tests that failed in one CI run, each
+//! of which had started on a quiet host. So [`measure`] applies the rule
+//! the product applies to its own demo scenarios and experiment
+//! repetitions (`cpu::HOST_DISTURBED`): an attempt during which the host
+//! took 10% or more of a CPU's wanted time (steal ÷ (busy + steal), per
+//! CPU, /proc/stat) measured the host, so it is measured again once the
+//! host is quiet, *whatever its verdict*: a disturbed attempt that passed
+//! is discarded like one that failed, and an undisturbed attempt's verdict
+//! always stands. The decision reads only /proc/stat, never the test's
+//! outcome. At most [`MAX_ATTEMPTS`], within the suite's budget; when
+//! either runs out, the last attempt's verdict stands, with how much the
+//! host took said beside it.
 
 use std::{
+    panic::{AssertUnwindSafe, catch_unwind, resume_unwind},
     sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
 };
@@ -23,13 +37,21 @@ const MAX_STEAL: f64 = 0.05;
 const MAX_GAP_NS: u64 = 10_000_000;
 /// How long one test waits for quiet at most.
 const WAIT_PER_TEST: Duration = Duration::from_secs(180);
-/// How long the whole suite waits at most (CI has 90 minutes; the suite
-/// itself takes about 30, 35 in a noisy hour).
+/// How long the whole suite waits for quiet and re-measures disturbed
+/// attempts at most (CI has 90 minutes; the suite itself takes about 30,
+/// 35 in a noisy hour).
 const WAIT_PER_SUITE: Duration = Duration::from_secs(35 * 60);
 /// Quiet probes in a row, 3 s apart, before a test starts: one quiet
 /// second can be a lull inside a burst (bursts here last 20-60 s with
 /// lulls of a few seconds).
 const QUIET_IN_A_ROW: u32 = 2;
+
+/// An attempt in which the host took this share of some CPU's wanted time
+/// measured the host (the product's `cpu::HOST_DISTURBED`).
+const HOST_DISTURBED: f64 = 0.10;
+/// Attempts of one test at most (the demo runs a scenario at most 4 times;
+/// a test here is one scenario's size or more).
+const MAX_ATTEMPTS: u32 = 3;
 
 static WAITED_MS: AtomicU64 = AtomicU64::new(0);
 
@@ -59,10 +81,20 @@ impl std::fmt::Display for Noise {
     }
 }
 
-/// Per-CPU (busy, steal) ticks (USER_HZ) from /proc/stat's `cpuN` lines:
-/// busy is user + nice + system + irq + softirq. Read here rather than
-/// through correlator's own reader: this is the tests' ground truth.
-fn cpu_ticks() -> Vec<(u64, u64)> {
+/// Per-CPU ticks (USER_HZ) from /proc/stat's `cpuN` lines.
+#[derive(Debug, Clone, Copy)]
+struct Ticks {
+    /// user + nice + system + irq + softirq.
+    busy: u64,
+    steal: u64,
+    /// Every state's ticks (the first eight columns; guest time is inside
+    /// user already).
+    total: u64,
+}
+
+/// [`Ticks`] of every CPU. Read here rather than through correlator's own
+/// reader: this is the tests' ground truth.
+fn cpu_ticks() -> Vec<Ticks> {
     let text = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
     text.lines()
         .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
@@ -72,7 +104,11 @@ fn cpu_ticks() -> Vec<(u64, u64)> {
                 .skip(1)
                 .map(|x| x.parse().expect("tick count"))
                 .collect();
-            (v[0] + v[1] + v[2] + v[5] + v[6], v[7])
+            Ticks {
+                busy: v[0] + v[1] + v[2] + v[5] + v[6],
+                steal: v[7],
+                total: v[..8].iter().sum(),
+            }
         })
         .collect()
 }
@@ -121,7 +157,7 @@ pub fn probe() -> Noise {
     let steal = before
         .iter()
         .zip(&after)
-        .map(|(b, a)| a.1.saturating_sub(b.1) as f64 / hz / wall)
+        .map(|(b, a)| a.steal.saturating_sub(b.steal) as f64 / hz / wall)
         .fold(0.0, f64::max);
     Noise { steal, max_gap_ns }
 }
@@ -159,43 +195,81 @@ pub fn await_quiet(test: &str) -> Noise {
     }
 }
 
-/// All CPUs' (busy, steal) ticks.
-fn busy_and_steal() -> (u64, u64) {
-    cpu_ticks()
-        .into_iter()
-        .fold((0, 0), |(b, s), (cb, cs)| (b + cb, s + cs))
+/// The most the host took of any CPU's wanted time (steal over busy +
+/// steal) between two readings; a CPU that wanted under a tenth of the
+/// time is left out (a tick of steal there is no evidence). The product's
+/// `cpu::host_share`, written again from /proc/stat.
+fn host_share(before: &[Ticks], after: &[Ticks]) -> f64 {
+    before
+        .iter()
+        .zip(after)
+        .filter_map(|(b, a)| {
+            let busy = a.busy.saturating_sub(b.busy);
+            let steal = a.steal.saturating_sub(b.steal);
+            let total = a.total.saturating_sub(b.total);
+            let wanted = busy + steal;
+            (wanted > 0 && wanted * 10 >= total).then(|| steal as f64 / wanted as f64)
+        })
+        .fold(0.0, f64::max)
 }
 
-/// The host's share of a test's time, said when the test fails: a failure
-/// in a steal burst reads differently from one on a quiet host.
-pub struct Witness {
-    test: &'static str,
-    start: (u64, u64),
-    started: Instant,
+/// Runs a live test's `body` on a quiet host and measures it again while
+/// the host disturbed it (see the module docs): the verdict is that of the
+/// first undisturbed attempt, or of the last one when the attempts or the
+/// suite's budget run out. A discarded attempt's panic message, if any,
+/// is printed by the test harness as usual: it is not hidden, only not
+/// counted.
+pub fn measure(test: &str, body: impl Fn()) {
+    attempts(test, MAX_ATTEMPTS, body);
 }
 
-impl Witness {
-    pub fn start(test: &'static str) -> Self {
-        Self {
-            test,
-            start: busy_and_steal(),
-            started: Instant::now(),
-        }
-    }
+/// [`measure`] for a test whose command re-measures what the host
+/// disturbed itself (the demo re-runs a disturbed scenario): one attempt,
+/// with the host's share said beside a failure.
+pub fn measure_once(test: &str, body: impl Fn()) {
+    attempts(test, 1, body);
 }
 
-impl Drop for Witness {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let (busy, steal) = busy_and_steal();
-        let (busy, steal) = (busy - self.start.0, steal - self.start.1);
-        eprintln!(
-            "{}: during its {:.0} s the host took {:.0}% of the CPU time the VM wanted (steal / (busy + steal), /proc/stat)",
-            self.test,
-            self.started.elapsed().as_secs_f64(),
-            100.0 * steal as f64 / (busy + steal).max(1) as f64
+fn attempts(test: &str, max: u32, body: impl Fn()) {
+    for attempt in 1..=max {
+        await_quiet(test);
+        let before = cpu_ticks();
+        let started = Instant::now();
+        let outcome = catch_unwind(AssertUnwindSafe(&body));
+        let took = started.elapsed();
+        let share = host_share(&before, &cpu_ticks());
+        let said = format!(
+            "{test}: during attempt {attempt} ({:.0} s) the host took {:.0}% of a CPU's wanted time (steal ÷ (busy + steal), /proc/stat)",
+            took.as_secs_f64(),
+            share * 100.0
         );
+        let spent = Duration::from_millis(WAITED_MS.load(Ordering::Relaxed));
+        let again = share >= HOST_DISTURBED && attempt < max && spent + took <= WAIT_PER_SUITE;
+        if again {
+            eprintln!(
+                "{said}: it measured the host, so it is discarded, whatever its verdict, and measured again"
+            );
+            WAITED_MS.fetch_add(took.as_millis() as u64, Ordering::Relaxed);
+            continue;
+        }
+        if let Err(panic) = outcome {
+            eprintln!("{said}; this attempt's verdict stands");
+            resume_unwind(panic);
+        }
+        return;
     }
+}
+
+#[test]
+fn the_host_share_is_the_worst_cpus_steal_over_its_wanted_time() {
+    let t = |busy, steal, total| Ticks { busy, steal, total };
+    let before = [t(0, 0, 0), t(0, 0, 0), t(0, 0, 0)];
+    // CPU 0: 80 busy + 20 steal of 100 → 20%. CPU 1: 45 + 5 of 100 → 10%.
+    // CPU 2 wanted 5 of 100 ticks (1 of them stolen): too little to count.
+    let after = [t(80, 20, 100), t(45, 5, 100), t(4, 1, 100)];
+    let share = host_share(&before, &after);
+    assert!((share - 0.20).abs() < 1e-12, "{share}");
+    assert!(share >= HOST_DISTURBED);
+    let quiet = [t(90, 5, 100), t(45, 0, 100), t(4, 1, 100)];
+    assert!(host_share(&before, &quiet) < HOST_DISTURBED);
 }

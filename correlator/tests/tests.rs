@@ -5,9 +5,11 @@
 //! paths, demo, experiments). Live tests fail rather than skip when `CI=true`.
 
 /// A test that needs root and BPF: skipped, with the reason printed,
-/// outside CI; a failure when `CI=true`. It starts when the host is quiet
-/// (`host::await_quiet`, bounded): it measures a server, not the host's
-/// steal bursts.
+/// outside CI; a failure when `CI=true`. It measures a server, not the
+/// host's steal bursts: it starts when the host is quiet and is measured
+/// again when the host disturbed it, whatever its verdict
+/// (`host::measure`). `self_remeasured fn` is for a test whose command
+/// re-measures disturbed runs itself (the demo): one attempt.
 macro_rules! live_test {
     ($(#[$meta:meta])* fn $name:ident() $body:block) => {
         $(#[$meta])*
@@ -16,9 +18,17 @@ macro_rules! live_test {
             if !$crate::util::live_or_skip(stringify!($name)) {
                 return;
             }
-            $crate::host::await_quiet(stringify!($name));
-            let _witness = $crate::host::Witness::start(stringify!($name));
-            $body
+            $crate::host::measure(stringify!($name), || $body);
+        }
+    };
+    ($(#[$meta:meta])* self_remeasured fn $name:ident() $body:block) => {
+        $(#[$meta])*
+        #[test]
+        fn $name() {
+            if !$crate::util::live_or_skip(stringify!($name)) {
+                return;
+            }
+            $crate::host::measure_once(stringify!($name), || $body);
         }
     };
 }

@@ -21,7 +21,7 @@ const SCENARIOS: [&str; 9] = [
 
 live_test! {
     /// `demo` runs a scenario the host disturbed again itself.
-    self_remeasured fn every_injected_cause_is_named() {
+    once fn every_injected_cause_is_named() {
         let dir = scratch("demo");
         // The softirq scenario steers loopback receive work with RPS and must
         // put the setting back.

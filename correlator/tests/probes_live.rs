@@ -357,7 +357,8 @@ live_test! {
     /// interrupt (the host held the vCPU inside timer interrupts, which
     /// the probes book as IRQ time) are printed, not asserted: the entry
     /// and exit around each such interrupt are nobody's measured time.
-    fn host_stalls_are_steal_not_the_threads_time() {
+    /// The host's stalls are what it measures: one attempt, disturbed or not.
+    once fn host_stalls_are_steal_not_the_threads_time() {
         let dir = scratch("stalls");
         let _busy = crate::util::Proc(
             Command::new("stress-ng")

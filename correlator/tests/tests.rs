@@ -8,8 +8,9 @@
 /// outside CI; a failure when `CI=true`. It measures a server, not the
 /// host's steal bursts: it starts when the host is quiet and is measured
 /// again when the host disturbed it, whatever its verdict
-/// (`host::measure`). `self_remeasured fn` is for a test whose command
-/// re-measures disturbed runs itself (the demo): one attempt.
+/// (`host::measure`). `once fn` is for a test that needs one attempt
+/// whatever the host did: its command re-measures disturbed runs itself
+/// (the demo), or the host's stalls are what it measures.
 macro_rules! live_test {
     ($(#[$meta:meta])* fn $name:ident() $body:block) => {
         $(#[$meta])*
@@ -21,7 +22,7 @@ macro_rules! live_test {
             $crate::host::measure(stringify!($name), || $body);
         }
     };
-    ($(#[$meta:meta])* self_remeasured fn $name:ident() $body:block) => {
+    ($(#[$meta:meta])* once fn $name:ident() $body:block) => {
         $(#[$meta])*
         #[test]
         fn $name() {

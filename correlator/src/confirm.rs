@@ -295,13 +295,13 @@ pub fn run(
             }
         }
     }
-    let most = REP_LENGTH * 2 * (MAX_REPS * chosen.len()) as u32;
+    let (most, with_reruns) = experiment::time_bound(REP_LENGTH, MAX_REPS * chosen.len());
     say(&format!(
         "confirming {} cause(s) by experiment: at most {MAX_REPS} repetitions per arm of {:.1} s each, at most {:.0} s in all ({:.0} s if the host disturbs repetitions, which run again)",
         chosen.len(),
         REP_LENGTH.as_secs_f64(),
         most.as_secs_f64(),
-        most.as_secs_f64() * 1.5
+        with_reruns.as_secs_f64()
     ));
     for (planned, knob) in chosen {
         say(&format!("  {}: B = {}", planned.name(), knob.describe()));

@@ -13,23 +13,19 @@
 /// (the demo), or the host's stalls are what it measures.
 macro_rules! live_test {
     ($(#[$meta:meta])* fn $name:ident() $body:block) => {
-        $(#[$meta])*
-        #[test]
-        fn $name() {
-            if !$crate::util::live_or_skip(stringify!($name)) {
-                return;
-            }
-            $crate::host::measure(stringify!($name), || $body);
-        }
+        live_test!(@attempts measure, $(#[$meta])* $name, $body);
     };
     ($(#[$meta:meta])* once fn $name:ident() $body:block) => {
+        live_test!(@attempts measure_once, $(#[$meta])* $name, $body);
+    };
+    (@attempts $how:ident, $(#[$meta:meta])* $name:ident, $body:block) => {
         $(#[$meta])*
         #[test]
         fn $name() {
             if !$crate::util::live_or_skip(stringify!($name)) {
                 return;
             }
-            $crate::host::measure_once(stringify!($name), || $body);
+            $crate::host::$how(stringify!($name), || $body);
         }
     };
 }

@@ -113,11 +113,11 @@ fn print_plan(opts: &experiment::ExperimentOptions) {
             max,
         ),
     };
-    // Up to one arm's worth more when the host disturbs repetitions.
+    let (most, with_reruns) = experiment::time_bound(per_rep, most);
     eprintln!(
         "plan: {what}; each {:.1} s; at most {:.0} s in all ({:.0} s if the host disturbs repetitions, which run again)",
         per_rep.as_secs_f64(),
-        (per_rep * 2 * most as u32).as_secs_f64(),
-        (per_rep * 3 * most as u32).as_secs_f64()
+        most.as_secs_f64(),
+        with_reruns.as_secs_f64()
     );
 }

@@ -447,6 +447,15 @@ fn one_rep(opts: &ExperimentOptions, load: &LoadOptions, arm: Arm, target: &Targ
     })
 }
 
+/// The longest an experiment of at most `reps_per_arm` repetitions per
+/// arm, each `per_rep` long, can take: both arms, and with the
+/// repetitions the host disturbed run again (at most one arm's worth more,
+/// see `run`), for the plan printed before it starts.
+pub fn time_bound(per_rep: Duration, reps_per_arm: usize) -> (Duration, Duration) {
+    let one_arm = per_rep * reps_per_arm as u32;
+    (one_arm * 2, one_arm * 3)
+}
+
 /// Runs the experiment: repetitions up to each look of the design, a look
 /// (reported through `on_look`), and on until a look says stop.
 pub fn run(
@@ -486,8 +495,9 @@ pub fn run(
     install_signal_handlers();
     let mut reps: Vec<Rep> = Vec::new();
     let mut disturbed: Vec<Rep> = Vec::new();
-    // At most one arm's worth of repetitions run again: a host that stays
-    // that busy is reported through the kept repetitions and a note.
+    // At most one arm's worth of repetitions run again (`time_bound`): a
+    // host that stays that busy is reported through the kept repetitions
+    // and a note.
     let most_repeated = design.looks.last().copied().unwrap_or(0);
     let mut last: Option<Look> = None;
     for (k, &n) in design.looks.iter().enumerate() {

@@ -3,7 +3,8 @@
 //! is allowed, never stopped when it is not), loopback receive work
 //! steered to the server's CPU (softirq: confirmed by steering it away),
 //! the server hopping CPUs itself (migrations: confirmed by a cpuset), and
-//! a harmless sleeper offered as a candidate (a decoy: never confirmed).
+//! a harmless sleeper offered as a candidate (a decoy: never confirmed),
+//! and a real server (Debian's redis-server) sharing its CPU with the hog.
 //! Each whole command (run + experiments) ends within 3 minutes. Needs
 //! root + BPF (fails, not skips, with CI=true).
 
@@ -18,12 +19,10 @@ use std::{
 
 use serde_json::Value;
 
-use crate::util::{BIN, Proc, demo_server, scratch};
+use crate::util::{BIN, Proc, demo_server, redis_server, scratch};
 
-/// Runs the demo server (`scenario`, CPU 1, injector on CPU 0), with the
-/// demo hog on CPU 1 if `hog`, under `run --confirm EXTRA...`; returns the
-/// report, the hog's pid, whether the hog was ever stopped, and how long
-/// the command took.
+/// Runs the demo server (`scenario`, CPU 1, injector on CPU 0) under
+/// [`confirm_against`].
 fn run_confirm(
     scenario: &str,
     hog: bool,
@@ -44,6 +43,20 @@ fn run_confirm(
             "500ms"
         },
     ]);
+    confirm_against(server.0.id(), &format!("tcp://{addr}"), hog, extra, dir)
+}
+
+/// Runs `run --confirm EXTRA...` on the server `pid` (on CPU 1) with load
+/// from `url`, with the demo hog on CPU 1 if `hog`; returns the report,
+/// the hog's pid, whether the hog was ever stopped, and how long the
+/// command took.
+fn confirm_against(
+    pid: u32,
+    url: &str,
+    hog: bool,
+    extra: &[&str],
+    dir: &std::path::Path,
+) -> (Value, u32, bool, Duration) {
     // Bursts every ~250 ms (the default ~425 ms left some 10 s runs with
     // too few spikes to claim any cause, and so nothing to confirm).
     let hog = hog.then(|| {
@@ -76,15 +89,8 @@ fn run_confirm(
     let out = dir.join("report.json");
     let start = Instant::now();
     let status = Command::new(BIN)
-        .args(["run", "--quiet", "--pid", &server.0.id().to_string()])
-        .args([
-            "--load",
-            &format!("tcp://{addr}"),
-            "--rate",
-            "2000",
-            "--duration",
-            "10s",
-        ])
+        .args(["run", "--quiet", "--pid", &pid.to_string()])
+        .args(["--load", url, "--rate", "2000", "--duration", "10s"])
         .args(["--warmup", "1s", "--state-file"])
         .arg(dir.join("state"))
         .arg("--out")
@@ -239,5 +245,32 @@ live_test! {
         let c = confirmation(&report, "preemption");
         assert_eq!(c["outcome"], "not_allowed", "{c}");
         assert!(c["verdict"].as_str().expect("verdict").contains("--allow-stop"), "{c}");
+    }
+}
+
+live_test! {
+    /// A real server: Debian's redis-server pinned to CPU 1, sharing it
+    /// with the bursting hog → preemption confirmed by stopping the hog,
+    /// which the plan names.
+    fn redis_sharing_its_cpu_with_a_hog_is_confirmed_preempted() {
+        let Some((server, port)) = redis_server(
+            "redis_sharing_its_cpu_with_a_hog_is_confirmed_preempted",
+            "1",
+            &[],
+        ) else {
+            return;
+        };
+        let dir = scratch("confirm-redis");
+        let (report, hog_pid, stopped, took) = confirm_against(
+            server.0.id(),
+            &format!("redis://127.0.0.1:{port}"),
+            true,
+            &["--confirm", "1", "--allow-stop", "demo-hog"],
+            &dir,
+        );
+        assert_confirmed(&report, "preemption", "stop=", took);
+        let c = confirmation(&report, "preemption");
+        assert_eq!(c["plan"]["knob"], format!("stop={hog_pid}"), "the hog is named: {c}");
+        assert!(stopped, "the treatment arm stopped the hog");
     }
 }

@@ -227,21 +227,18 @@ impl PathTimes {
             return;
         }
         let keep = measured_ns.max(0.0) / sampled;
-        let spins: Vec<(Vec<String>, f64)> = self
-            .by_path
-            .iter()
-            .filter(|((cat, _), _)| *cat == PathCategory::LockSpin)
-            .map(|((_, frames), ns)| (frames.clone(), *ns))
-            .collect();
-        for (frames, ns) in spins {
-            *self
-                .by_path
-                .entry((PathCategory::LockSpin, frames.clone()))
-                .or_default() = ns * keep;
+        let mut held = Vec::new();
+        for ((cat, frames), ns) in &mut self.by_path {
+            if *cat == PathCategory::LockSpin {
+                held.push((frames.clone(), *ns * (1.0 - keep)));
+                *ns *= keep;
+            }
+        }
+        for (frames, ns) in held {
             *self
                 .by_path
                 .entry((PathCategory::LockHolderSteal, frames))
-                .or_default() += ns * (1.0 - keep);
+                .or_default() += ns;
         }
     }
 

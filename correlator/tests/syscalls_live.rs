@@ -4,7 +4,7 @@
 //! the recorder's per-syscall totals and off-CPU records must agree.
 //! Needs root + BPF (fails, not skips, with CI=true).
 
-use crate::util::{Recorder, Workload, scratch};
+use crate::util::{Bpftrace, Recorder, Workload, scratch};
 use correlator::{harness::known_syscalls::Phase, runfile::RunFile, timeline::syscalls::Site};
 use correlator_common::Account;
 
@@ -318,7 +318,11 @@ live_test! {
 }
 
 /// bpftrace's own measure of the same spins: pure spinlock contentions
-/// (`flags == LCB_F_SPIN`) of `pid`'s threads, begin to end, summed.
+/// (`flags == LCB_F_SPIN`) of `pid`'s threads, begin to end, summed. Started
+/// before correlator (see `Bpftrace::start`), so the two tools' stamps sit at
+/// the same places relative to each other in every run (when correlator
+/// sometimes attached in the middle, its spin time moved from 1.5-2.9% below
+/// bpftrace's to 2.2% above).
 const SPIN_BT: &str = r#"
 tracepoint:lock:contention_begin /pid == $1 && args->flags == 1/ {
     @start[tid] = nsecs; @lock[tid] = args->lock_addr;
@@ -327,75 +331,8 @@ tracepoint:lock:contention_end /@start[tid] && @lock[tid] == args->lock_addr/ {
     @spin_ns = sum(nsecs - @start[tid]); @spins = count();
     delete(@start[tid]); delete(@lock[tid]);
 }
-interval:ms:20 /@ready == 0/ { @ready = 1; printf("ready\n"); }
-END { clear(@start); clear(@lock); clear(@ready); }
+END { clear(@start); clear(@lock); }
 "#;
-
-/// Starts bpftrace on `pid` and waits until its probes are attached:
-/// "Attaching N probes..." comes before the attaching, and bpftrace
-/// attaches in the script's order, so the interval probe's first line,
-/// last in the script, says the tracepoints are on. Then correlator's
-/// programs attach after bpftrace's and run after them at each
-/// tracepoint, in every run: the two tools' stamps sit at the same
-/// places relative to each other (when correlator sometimes attached in
-/// the middle, its spin time moved from 1.5-2.9% below bpftrace's to 2.2%
-/// above).
-fn spin_bpftrace(pid: u32, dir: &std::path::Path) -> std::process::Child {
-    use std::io::BufRead as _;
-    let script = dir.join("spin.bt");
-    std::fs::write(&script, SPIN_BT).expect("write script");
-    let mut child = std::process::Command::new("bpftrace")
-        .arg(&script)
-        .arg(pid.to_string())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("bpftrace (installed by xtask/setup.sh)");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    loop {
-        let line = lines
-            .next()
-            .expect("bpftrace exited before attaching")
-            .expect("read bpftrace");
-        if line == "ready" {
-            break;
-        }
-    }
-    // Keep reading into a thread so the pipe never fills.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rest: Vec<String> = lines.map_while(Result::ok).collect();
-        let _ = tx.send(rest);
-    });
-    SPIN_OUTPUT.with(|o| *o.borrow_mut() = Some(rx));
-    child
-}
-
-thread_local! {
-    static SPIN_OUTPUT: std::cell::RefCell<Option<std::sync::mpsc::Receiver<Vec<String>>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Stops bpftrace (SIGINT prints its maps) and returns @spin_ns, @spins.
-fn spin_bpftrace_totals(mut child: std::process::Child) -> (u64, u64) {
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let _ = child.wait();
-    let lines = SPIN_OUTPUT
-        .with(|o| o.borrow_mut().take())
-        .expect("bpftrace output")
-        .recv()
-        .expect("bpftrace output");
-    let value = |name: &str| {
-        lines
-            .iter()
-            .find_map(|l| l.strip_prefix(&format!("@{name}: ")))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no @{name} in bpftrace output: {lines:?}"))
-    };
-    (value("spin_ns"), value("spins"))
-}
 
 live_test! {
     /// Two threads of the helper fight for one file's `f_lock` spinlock
@@ -417,13 +354,19 @@ live_test! {
     fn kernel_spin_time_matches_bpftrace() {
         let dir = scratch("spin");
         let mut work = Workload::spawn(&["--contend-ms", "2000"]);
-        let bt = spin_bpftrace(work.pid(), &dir);
+        let bt = Bpftrace::start(SPIN_BT, &[work.pid().to_string()], &dir);
         let rec = Recorder::start(work.pid(), dir.join("w.run"), &[]);
         work.go();
         let out = work.child.wait_with_output().expect("workload output");
         assert!(out.status.success(), "workload failed: {:?}", out.status);
         let run = rec.wait();
-        let (bt_ns, spins) = spin_bpftrace_totals(bt);
+        let maps = bt.stop();
+        let map = |name: &str| {
+            *maps
+                .get(name)
+                .unwrap_or_else(|| panic!("no @{name} in bpftrace output: {maps:?}"))
+        };
+        let (bt_ns, spins) = (map("spin_ns"), map("spins"));
         let slot = |a: Account| -> u64 {
             run.thread_accounts
                 .iter()

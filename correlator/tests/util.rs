@@ -360,3 +360,67 @@ pub fn top_server_cause(c: &serde_json::Value) -> &serde_json::Value {
         .find(|x| x["environment"] == false)
         .unwrap_or_else(|| panic!("no server cause: {c:#}"))
 }
+
+/// bpftrace running a script, its probes attached when `start` returns: an
+/// outside measure of what correlator's probes count.
+pub struct Bpftrace {
+    child: Child,
+    output: std::sync::mpsc::Receiver<Vec<String>>,
+}
+
+impl Bpftrace {
+    /// Starts `script` with `args` and waits until its probes are attached.
+    /// "Attaching N probes..." comes before the attaching, and bpftrace
+    /// attaches in the script's order, so the line printed by an interval
+    /// probe appended last says the script's own probes are on. Started
+    /// before correlator, its programs run before correlator's at each
+    /// shared tracepoint in every run.
+    pub fn start(script: &str, args: &[String], dir: &std::path::Path) -> Self {
+        let path = dir.join("probe.bt");
+        let script = format!(
+            "{script}\ninterval:ms:20 /@ready == 0/ {{ @ready = 1; printf(\"ready\\n\"); }}\n"
+        );
+        std::fs::write(&path, script).expect("write bpftrace script");
+        let mut child = Command::new("bpftrace")
+            .arg(&path)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("bpftrace (installed by xtask/setup.sh)");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            let line = lines
+                .next()
+                .expect("bpftrace exited before attaching")
+                .expect("read bpftrace");
+            if line == "ready" {
+                break;
+            }
+        }
+        // Keep reading in a thread so the pipe never fills.
+        let (tx, output) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rest: Vec<String> = lines.map_while(Result::ok).collect();
+            let _ = tx.send(rest);
+        });
+        Self { child, output }
+    }
+
+    /// Stops bpftrace (SIGINT prints its maps) and returns its scalar maps
+    /// by name (`@name: value`); a map never written is absent.
+    pub fn stop(mut self) -> std::collections::HashMap<String, u64> {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(i32::try_from(self.child.id()).expect("pid"), libc::SIGINT) };
+        let _ = self.child.wait();
+        let lines = self.output.recv().expect("bpftrace output");
+        lines
+            .iter()
+            .filter_map(|l| {
+                let (name, value) = l.strip_prefix('@')?.split_once(": ")?;
+                Some((name.to_string(), value.trim().parse().ok()?))
+            })
+            .collect()
+    }
+}

@@ -107,9 +107,17 @@ pub enum Command {
     Latency(LatencyArgs),
     /// Always-on flight recorder: stays attached and writes a report when the tail spikes.
     #[command(
-        long_about = "Stays attached to a server (--pid, or --comm / --cgroup, re-attached when                       it restarts) with passive server-side latency (--syscalls or --uprobe), keeps                       the last --keep of kernel timeline and latency in bounded memory, and when                       the tail spikes (the --percentile of the last --window over --slo, or the                       analysis of the kept window naming a server cause, checked every                       --check-every) waits --after and writes the window as a run file and a                       report (JSON, HTML, optionally a Perfetto trace) into --out, one directory                       per report named by its UTC time. --listen serves OpenMetrics for                       Prometheus. Stops on SIGTERM / Ctrl-C, writing a pending report first.
-
-                      Needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to read another                       user's server): see `correlator doctor` and dist/correlator-watch.service."
+        long_about = "Stays attached to a server (--pid, or --comm / --cgroup, re-attached when it \
+                      restarts) with passive server-side latency (--syscalls or --uprobe), keeps \
+                      the last --keep of kernel timeline and latency in bounded memory, and when \
+                      the tail spikes (the --percentile of the last --window over --slo, or the \
+                      analysis of the kept window naming a server cause, checked every \
+                      --check-every) waits --after and writes the window as a run file and a \
+                      report (JSON, HTML, optionally a Perfetto trace) into --out, one directory \
+                      per report named by its UTC time. --listen serves OpenMetrics for \
+                      Prometheus. Stops on SIGTERM / Ctrl-C, writing a pending report first.\n\n\
+                      Needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to read another \
+                      user's server): see `correlator doctor` and dist/correlator-watch.service."
     )]
     Watch(WatchArgs),
     /// Check that this machine can record: kernel, BTF, tracefs, privileges, attach.

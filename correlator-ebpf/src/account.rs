@@ -11,35 +11,45 @@ use crate::{
     threads::thread,
 };
 
-/// The run queue of `task` (through `se.cfs_rq->rq`), 0 when steal is not
-/// measured here.
+/// The run queue of `task` (through `se.cfs_rq->rq`), null when steal is
+/// not measured here. Direct loads through the BTF-typed task pointer (the
+/// offsets are frozen load-time constants the verifier checks against the
+/// kernel's structs; the loads through `cfs_rq` and `rq` are exception-
+/// guarded by the kernel): sched_switch reads the run queue and its steal
+/// clock at every target switch, and a `bpf_probe_read_kernel` per field is
+/// a helper call each, costly with this kernel's return thunks.
 #[inline(always)]
-pub(crate) fn task_rq(task: *const u8) -> u64 {
+pub(crate) fn task_rq(task: *const u8) -> *const u8 {
     let cfs_rq_offset = config!(task_cfs_rq_offset);
     if cfs_rq_offset == 0 {
-        return 0;
+        return core::ptr::null();
     }
-    // SAFETY: the helper checks the addresses; a failed read is 0.
+    // SAFETY: `task` is a BTF task pointer (a tracepoint argument); the
+    // verifier checks each load against the kernel's BTF.
     unsafe {
-        let cfs_rq: u64 =
-            bpf_probe_read_kernel(task.add(cfs_rq_offset as usize).cast::<u64>()).unwrap_or(0);
-        if cfs_rq == 0 {
-            return 0;
+        let cfs_rq = *task.add(cfs_rq_offset as usize).cast::<*const u8>();
+        if cfs_rq.is_null() {
+            return core::ptr::null();
         }
-        bpf_probe_read_kernel(
-            (cfs_rq as *const u8)
-                .add(config!(cfs_rq_rq_offset) as usize)
-                .cast::<u64>(),
-        )
-        .unwrap_or(0)
+        *cfs_rq
+            .add(config!(cfs_rq_rq_offset) as usize)
+            .cast::<*const u8>()
     }
 }
 
-/// The CPU's cumulative steal time, ns, read at an offset from its run
-/// queue: KVM's per-CPU `steal_time` page (exact at any instant: the host
-/// writes it at every VM entry) or, elsewhere, `rq->prev_steal_time_rq`
-/// (updated with the run queue's clock: switches, ticks, wake-ups). See
-/// `steal_offset_from_rq` in the userspace probes.
+/// The steal clock of run queue `rq` (from [`task_rq`]; 0 for null).
+#[inline(always)]
+pub(crate) fn rq_steal_of(rq: *const u8) -> u64 {
+    if rq.is_null() {
+        return 0;
+    }
+    rq_steal(rq as u64)
+}
+
+/// The steal clock of run queue `rq`, read through the helper: on a KVM
+/// guest `rq_steal_offset` leads out of `struct rq` to the CPU's
+/// `steal_time` page (the live clock, see `probes::steal_offset_from_rq`),
+/// which no verifier-checked load can reach.
 #[inline(always)]
 pub(crate) fn rq_steal(rq: u64) -> u64 {
     // SAFETY: the helper checks the address; a failed read is 0.

@@ -11,7 +11,7 @@ use correlator_common::{
 
 use crate::{
     account::{
-        acct_add, acct_add_at, clock_steal_add, ran_until, rq_steal, silence_add, task_rq,
+        acct_add, acct_add_at, clock_steal_add, ran_until, rq_steal_of, silence_add, task_rq,
         timer_silence, window_restart,
     },
     helpers::{
@@ -69,6 +69,10 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let Some(sink) = Sink::at(ts, cpu) else {
         return 0;
     };
+    // Both tasks are on this CPU's run queue: its steal clock is read once
+    // (a helper call) for the thread leaving and the one arriving.
+    let rq = task_rq(if next.is_some() { next_task } else { prev_task });
+    let steal = rq_steal_of(rq);
     if prev_is_target {
         // The switching-out thread is still current: its kernel stack ends
         // in schedule() (userspace drops the tracing frames above it) and
@@ -87,6 +91,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         };
         let out = SwitchOut {
             syscall,
+            steal,
             tid: prev_pid,
             tgid,
             // Bool argument: only the low byte is defined.
@@ -104,8 +109,8 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         let st = unsafe { &mut *next };
         switch_in(&sink, st, ts);
         st.run_ts = ts;
-        st.rq = task_rq(next_task);
-        st.steal_mark = if st.rq != 0 { rq_steal(st.rq) } else { 0 };
+        st.rq = rq as u64;
+        st.steal_mark = steal;
         // Another task was sampled here since the thread's window began, or
         // the thread changed CPUs: its window starts now.
         // SAFETY: per-CPU value.
@@ -121,7 +126,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
 /// any CPU compares the other CPUs' steal clocks (`CPU_RQS`).
 #[inline(never)]
 fn note_rq(cpu: *mut CpuState, task: *const u8) {
-    let rq = task_rq(task);
+    let rq = task_rq(task) as u64;
     if rq == 0 {
         return;
     }
@@ -204,6 +209,8 @@ pub(crate) fn wait_site(syscall: u32, state: u32) -> u32 {
 pub(crate) struct SwitchOut {
     /// The syscall read at the switch (number + 1; only without the hooks).
     syscall: u32,
+    /// The steal clock of the run queue it leaves (0: not measured).
+    steal: u64,
     tid: u32,
     tgid: u32,
     preempted: bool,
@@ -236,8 +243,8 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     // SAFETY: map value, written only by this thread's own switches.
     let state = unsafe { &mut *state };
     ran_until(state, ts);
-    if state.rq != 0 {
-        let stolen = rq_steal(state.rq).saturating_sub(state.steal_mark);
+    if state.rq != 0 && out.steal != 0 {
+        let stolen = out.steal.saturating_sub(state.steal_mark);
         clock_steal_add(state, ts, stolen);
     }
     // Silenced since its last sample and switched out before the timer

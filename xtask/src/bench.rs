@@ -106,11 +106,25 @@ enum Variant {
     /// default, no syscall hooks): the least any probe set that books each
     /// switch of the target can cost on this kernel.
     FloorSampled,
+    /// `FloorSampled` with the statistics off: the floor under `Watch`.
+    FloorSampledNoStats,
+    /// `correlator watch --syscalls`, the always-on mode as it runs: its
+    /// default probe set, and the BPF statistics on for one second in
+    /// sixty. The load starts 3 s after watch attached, after its first
+    /// sampled second, so it runs with the statistics off, as 59 s of
+    /// every 60 do.
+    Watch,
+    /// bpftrace without the statistics (as it runs by itself): the
+    /// comparison for `Watch`.
+    BpftraceNoStats,
 }
 
 impl Variant {
-    const ALL: [Variant; 10] = [
+    const ALL: [Variant; 13] = [
         Variant::Bare,
+        Variant::Watch,
+        Variant::FloorSampledNoStats,
+        Variant::BpftraceNoStats,
         Variant::Correlator,
         Variant::CorrelatorWithoutLocks,
         Variant::CorrelatorSampled,
@@ -156,6 +170,9 @@ impl Variant {
             Variant::CorrelatorNoStats => "corr. no stats",
             Variant::Floor => "empty programs",
             Variant::FloorSampled => "empty, sampled sys",
+            Variant::FloorSampledNoStats => "empty, sampled, no stats",
+            Variant::Watch => "watch (stats off)",
+            Variant::BpftraceNoStats => "bpftrace, no stats",
             Variant::Bpftrace => "bpftrace",
         }
     }
@@ -388,13 +405,17 @@ fn measure(
         | Variant::CorrelatorWithoutLocks
         | Variant::CorrelatorNoStats
         | Variant::Floor
-        | Variant::FloorSampled => {
+        | Variant::FloorSampled
+        | Variant::FloorSampledNoStats => {
             let mut cmd = Command::new(bin);
             cmd.arg("record");
             if variant == Variant::CorrelatorStacks {
                 cmd.arg("--stacks");
             }
-            if matches!(variant, Variant::CorrelatorSampled | Variant::FloorSampled) {
+            if matches!(
+                variant,
+                Variant::CorrelatorSampled | Variant::FloorSampled | Variant::FloorSampledNoStats
+            ) {
                 cmd.args(["--syscall-time", "sampled"]);
             }
             if variant == Variant::CorrelatorWithoutContext {
@@ -403,10 +424,16 @@ fn measure(
             if variant == Variant::CorrelatorWithoutLocks {
                 cmd.env("CORRELATOR_NO_LOCK_SPIN", "1");
             }
-            if variant == Variant::CorrelatorNoStats {
+            if matches!(
+                variant,
+                Variant::CorrelatorNoStats | Variant::FloorSampledNoStats
+            ) {
                 cmd.env("CORRELATOR_NO_BPF_STATS", "1");
             }
-            if matches!(variant, Variant::Floor | Variant::FloorSampled) {
+            if matches!(
+                variant,
+                Variant::Floor | Variant::FloorSampled | Variant::FloorSampledNoStats
+            ) {
                 cmd.env("CORRELATOR_FLOOR_ONLY", "1");
             }
             let mut c = cmd
@@ -420,7 +447,21 @@ fn measure(
             wait_for_line(&mut c, "attached to PID", false)?;
             Some(c)
         }
-        Variant::Bpftrace => {
+        Variant::Watch => {
+            let mut c = Command::new(bin)
+                .args(["watch", "--syscalls", "--pid"])
+                .arg(pid.to_string())
+                .arg("--out")
+                .arg(out_dir.join("watch-bench"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            wait_for_line(&mut c, "attached to PID", false)?;
+            // Past watch's first sampled second of statistics (see Variant::Watch).
+            std::thread::sleep(Duration::from_secs(3));
+            Some(c)
+        }
+        Variant::Bpftrace | Variant::BpftraceNoStats => {
             let mut c = Command::new("bpftrace")
                 .arg("-e")
                 .arg(bpftrace_script(pid))
@@ -454,7 +495,12 @@ fn measure(
             c.wait()?;
             correlator_costs(&run_file)?
         }
-        (Variant::Bpftrace, Some(c)) => {
+        (Variant::Watch, Some(c)) => {
+            // watch stops when its server exits.
+            c.wait()?;
+            Vec::new()
+        }
+        (Variant::Bpftrace | Variant::BpftraceNoStats, Some(c)) => {
             let costs = fdinfo_costs(c.id());
             // SAFETY: kill(2) on our own child.
             unsafe { libc::kill(i32::try_from(c.id()).unwrap_or(0), libc::SIGINT) };

@@ -929,7 +929,8 @@ fn sampled_syscall_time_comes_from_the_samples() {
 }
 
 /// Long episodes leave little free time: every gap holds as many baseline
-/// windows as fit, none within a margin of an episode, none overlapping.
+/// windows as fit, none within a margin (the spike threshold and two
+/// buckets) of an episode, none overlapping.
 #[test]
 fn baseline_windows_fill_every_gap_between_long_episodes() {
     let episode = |start_ms: u64| Window {
@@ -939,13 +940,14 @@ fn baseline_windows_fill_every_gap_between_long_episodes() {
         requests: 10,
         phase: 0,
     };
-    // 100 ms episodes every 700 ms over 7 s: each leaves a 600 ms gap,
-    // 600 − 2 × (100 ms + 2 buckets) ≈ 396 ms of it free: 3 windows;
-    // after the last, 7,000 − 6,400 − 102 ≈ 498 ms: 4 more.
+    // 100 ms episodes every 700 ms over 7 s, a 2 ms threshold: each leaves
+    // a 600 ms gap, 600 − 2 × (2 ms + 2 buckets) ≈ 591.8 ms of it free: 5
+    // windows; after the last, 7,000 − 6,400 − 4.1 ≈ 595.9 ms: 5 more.
     let episodes: Vec<Window> = (0..10).map(|i| episode(i * 700)).collect();
-    let spans = baseline_windows(&episodes, 0, 7_000 * MS);
-    assert_eq!(spans.len(), 9 * 3 + 4, "{spans:?}");
-    let margin = 100 * MS + 2 * 1_048_576;
+    let threshold = 2 * MS;
+    let spans = baseline_windows(&episodes, 0, 7_000 * MS, threshold);
+    assert_eq!(spans.len(), 9 * 5 + 5, "{spans:?}");
+    let margin = threshold + 2 * 1_048_576;
     for &(a, b) in &spans {
         assert_eq!(b - a, 100 * MS);
         assert!(

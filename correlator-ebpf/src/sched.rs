@@ -243,7 +243,7 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     // SAFETY: map value, written only by this thread's own switches.
     let state = unsafe { &mut *state };
     ran_until(state, ts);
-    if state.rq != 0 && out.steal != 0 {
+    if state.rq != 0 {
         let stolen = out.steal.saturating_sub(state.steal_mark);
         clock_steal_add(state, ts, stolen);
     }

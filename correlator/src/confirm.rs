@@ -95,9 +95,7 @@ pub fn plan(report: &Report, pid: u32, load_url: &str) -> Vec<Planned> {
                 percentile,
                 now_ns,
                 expected_ns: Some(expected_ns),
-                expected_change_pct: Some(
-                    (expected_ns as f64 - now_ns as f64) / now_ns.max(1) as f64 * 100.0,
-                ),
+                expected_change_pct: Some(change_pct(now_ns, expected_ns)),
             }
         })
         .collect()
@@ -213,11 +211,40 @@ fn expected(report: &Report, kind: CauseKind, share: f64, percentile: f64) -> (u
     {
         return (i.value_ns, i.without_ns);
     }
+    shrunk(report, share, percentile)
+}
+
+/// The percentile now, and with its excess over the median shrunk by
+/// `share`.
+fn shrunk(report: &Report, share: f64, percentile: f64) -> (u64, u64) {
     let s = &report.latency.summary;
     let now = s.value_at(percentile).unwrap_or(0);
     let p50 = s.value_at(50.0).unwrap_or(0);
     let without = p50 + ((now.saturating_sub(p50)) as f64 * (1.0 - share)) as u64;
     (now, without)
+}
+
+/// The share of episode time the server waited for its CPU while `pid`
+/// ran there, over the episodes whose account names `pid` as the task
+/// that ran longest instead of the server (`preempted_by`).
+fn preempted_share(report: &Report, pid: u32) -> f64 {
+    let who = format!("(pid {pid})");
+    let (mut by_pid, mut all) = (0u64, 0u64);
+    for e in &report.episodes {
+        all += e.account.duration_ns;
+        if e.account
+            .preempted_by
+            .as_deref()
+            .is_some_and(|p| p.ends_with(&who))
+        {
+            by_pid += e.account.runnable_ns;
+        }
+    }
+    by_pid as f64 / all.max(1) as f64
+}
+
+fn change_pct(now_ns: u64, expected_ns: u64) -> f64 {
+    (expected_ns as f64 - now_ns as f64) / now_ns.max(1) as f64 * 100.0
 }
 
 /// Whether `--allow-stop` values permit stopping `pid`.
@@ -233,17 +260,27 @@ fn allowed_to_stop(pid: u32, allow: &[String]) -> bool {
 pub struct Request<'a> {
     pub count: usize,
     /// Knobs the user offers beyond the report's causes (`--candidate`),
-    /// judged by the experiment alone.
+    /// judged against the account's prediction where it has one
+    /// (`candidate`).
     pub candidates: &'a [String],
     pub allow_stop: &'a [String],
     pub state_file: &'a std::path::Path,
 }
 
 /// A user's candidate knob as a plan (stopping needs permission as ever).
+/// A process offered to stop has a prediction from the account: the
+/// excess over the median shrunk by the share of episode time the server
+/// waited while it ran (`preempted_share`), no change when it never did.
+/// Other knobs have none: the experiment alone decides.
 fn candidate(report: &Report, knob: &str) -> Result<Planned> {
     let parsed = Knob::parse(knob)?;
     let needs = matches!(parsed, Knob::Stop(_)).then(|| format!("--allow-stop for {knob}"));
     let percentile = report_percentile(report);
+    let now_ns = report.latency.summary.value_at(percentile).unwrap_or(0);
+    let expected_ns = match parsed {
+        Knob::Stop(pid) => Some(shrunk(report, preempted_share(report, pid), percentile).1),
+        _ => None,
+    };
     Ok(Planned {
         cause: None,
         plan: Plan::Knob {
@@ -251,9 +288,9 @@ fn candidate(report: &Report, knob: &str) -> Result<Planned> {
             needs,
         },
         percentile,
-        now_ns: report.latency.summary.value_at(percentile).unwrap_or(0),
-        expected_ns: None,
-        expected_change_pct: None,
+        now_ns,
+        expected_ns,
+        expected_change_pct: expected_ns.map(|e| change_pct(now_ns, e)),
     })
 }
 
@@ -323,6 +360,12 @@ fn isolates_its_cause(knob: &Knob) -> bool {
 ///
 /// Stated tests, all on the experiment's own test of the percentile (its
 /// p-value and 95% CI of the change, `experiment::Test`):
+/// - improvement significant, but the account predicts none (a process
+///   offered to stop that never ran while the server waited) →
+///   inconclusive: a 5% test on a knob that changes nothing the probes
+///   see still fires on one experiment in forty (a sleeping decoy read
+///   −11%, CI −18..−1%, over 20 noisy repetitions per arm), so only the
+///   experiment and the account together confirm; the change is shown.
 /// - improvement significant, knob isolates the cause → confirmed. The
 ///   measured change may exceed the prediction: the account's
 ///   counterfactual only moves the family's spike requests, and a
@@ -334,22 +377,30 @@ fn isolates_its_cause(knob: &Knob) -> bool {
 ///   else too.
 /// - no significant improvement → refuted when the CI rules out the
 ///   predicted change (its most favourable end is a smaller improvement
-///   than predicted) or the change is a significant regression;
-///   otherwise inconclusive (the experiment could not tell).
+///   than predicted), the change is a significant regression, or the CI
+///   lies within the minimum meaningful change (`experiment::settled`)
+///   while the account predicts no improvement; otherwise inconclusive
+///   (the experiment could not tell).
 fn judge(planned: &Planned, isolates: bool, t: &crate::experiment::Test) -> (Outcome, String) {
     let improved = t.finding == Finding::Improvement;
     let regression = t.finding == Finding::Regression;
+    let settled = experiment::settled(t);
     let Some(expected) = planned.expected_change_pct else {
-        // A candidate: the experiment alone decides. No meaningful change
-        // either way (the CI says so) refutes it.
-        let settled = experiment::settled(t);
+        // A candidate with no prediction: the experiment alone decides.
+        // No meaningful change either way (the CI says so) refutes it.
         return match (improved, regression || settled) {
             (true, _) => (Outcome::Confirmed, String::new()),
             (false, true) => (Outcome::Refuted, String::new()),
             (false, false) => (Outcome::Inconclusive, String::new()),
         };
     };
-    if improved {
+    let predicts_none = expected >= 0.0;
+    if improved && predicts_none {
+        (
+            Outcome::Inconclusive,
+            "; the account gives this knob none of the tail (the process never ran while the server waited for its CPU), so one experiment does not confirm it: repeat it, or look for an effect the probes do not see (shared caches, memory bandwidth)".into(),
+        )
+    } else if improved {
         if isolates || t.ci_high_pct >= expected {
             (Outcome::Confirmed, String::new())
         } else {
@@ -360,7 +411,7 @@ fn judge(planned: &Planned, isolates: bool, t: &crate::experiment::Test) -> (Out
                 ),
             )
         }
-    } else if regression || t.ci_low_pct > expected {
+    } else if regression || t.ci_low_pct > expected || (predicts_none && settled) {
         (Outcome::Refuted, String::new())
     } else {
         (Outcome::Inconclusive, String::new())
@@ -575,5 +626,34 @@ mod tests {
         assert_eq!(judge(&planned(-40.0), true, &t).0, Outcome::Inconclusive);
         let t = test(30.0, (10.0, 50.0), Finding::Regression);
         assert_eq!(judge(&planned(-40.0), true, &t).0, Outcome::Refuted);
+    }
+
+    #[test]
+    fn an_improvement_the_account_gives_no_share_does_not_confirm() {
+        // fresh89's decoy: a sleeping process on the other CPU, offered to
+        // stop, read −11% (CI −18..−1%) over 20 repetitions per arm.
+        let decoy = Planned {
+            cause: None,
+            ..planned(0.0)
+        };
+        let t = test(-11.5, (-18.3, -1.1), Finding::Improvement);
+        let (o, why) = judge(&decoy, true, &t);
+        assert_eq!(o, Outcome::Inconclusive);
+        assert!(why.contains("none of the tail"), "{why}");
+        // No meaningful change either way refutes it ...
+        let t = test(1.0, (-3.0, 4.0), Finding::NoDifference);
+        assert!(experiment::settled(&t));
+        assert_eq!(judge(&decoy, true, &t).0, Outcome::Refuted);
+        // ... a wide CI cannot tell ...
+        let t = test(-3.0, (-16.0, 8.0), Finding::NoDifference);
+        assert_eq!(judge(&decoy, true, &t).0, Outcome::Inconclusive);
+        // ... and a candidate the account does give a share is confirmed
+        // like a cause.
+        let preemptor = Planned {
+            cause: None,
+            ..planned(-30.0)
+        };
+        let t = test(-45.0, (-60.0, -30.0), Finding::Improvement);
+        assert_eq!(judge(&preemptor, true, &t).0, Outcome::Confirmed);
     }
 }

@@ -214,6 +214,11 @@ live_test! {
             .unwrap_or_else(|| panic!("no decoy in {}", report["confirmation"]));
         eprintln!("{c}");
         assert!(c["cause"].is_null(), "a candidate, not a cause: {c}");
+        assert_eq!(
+            c["expected_change_pct"].as_f64(),
+            Some(0.0),
+            "the account saw the sleeper never run in the server's place: {c}"
+        );
         assert!(
             c["outcome"] == "refuted" || c["outcome"] == "inconclusive",
             "the decoy must not be confirmed: {c}"

@@ -69,7 +69,7 @@ pub enum Command {
     /// Isolate and re-measure: change one candidate cause (a knob) and judge whether the tail moved.
     #[command(
         long_about = "Runs --reps repetitions of A (baseline) and B (the knob applied), interleaved \
-                      ABAB… (or --order random), each a short open-loop load run whose warm-up is \
+                      in pairs of alternating order, AB BA AB… (or --order random), each a short open-loop load run whose warm-up is \
                       discarded; compares p50/p99/p99.9 with Mann-Whitney U (Bonferroni), a \
                       bootstrap 95% CI of the change, and an A/A floor from the baseline runs.\n\n\
                       Knobs: thp=never|madvise|always, pin=CPULIST, irq-affinity=IRQ:CPULIST, \
@@ -298,7 +298,9 @@ pub struct RunArgs {
     #[arg(long, num_args = 0..=1, default_missing_value = "2", value_name = "N")]
     pub confirm: Option<usize>,
     /// With --confirm: also test this knob (e.g. stop=PID of a suspect the
-    /// analysis did not name), judged by the experiment alone. Repeatable.
+    /// analysis did not name). A stopped process is confirmed only if the
+    /// account saw it run while the server waited; other knobs by the
+    /// experiment alone. Repeatable.
     #[arg(long, value_name = "KNOB", requires = "confirm")]
     pub candidate: Vec<String>,
     /// Let --confirm stop this process (PID or comm) for its treatment
@@ -468,7 +470,10 @@ pub struct LatencyArgs {
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum RepOrder {
+    /// Pairs of alternating order (AB BA AB …), so a drift over the run
+    /// favours neither arm.
     Interleaved,
+    /// Seeded random order.
     Random,
 }
 

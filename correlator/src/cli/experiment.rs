@@ -1,4 +1,4 @@
-//! `correlator experiment`: change one knob, ABAB repetitions, a verdict.
+//! `correlator experiment`: change one knob, interleaved repetitions (AB BA …), a verdict.
 
 use std::process::ExitCode;
 

@@ -1,7 +1,7 @@
 //! `correlator experiment`: change one candidate cause, re-measure the tail,
 //! and judge with statistics whether it moved.
 //!
-//! Repetitions of A (baseline) and B (knob applied) are interleaved (ABAB…)
+//! Repetitions of A (baseline) and B (knob applied) are interleaved (AB BA…)
 //! or in seeded random order, each a short open-loop load run whose warm-up
 //! is discarded. Per repetition: p50, p99, p99.9 (under the percentile
 //! rules). Then, per percentile: Mann-Whitney U (Bonferroni across the
@@ -72,7 +72,8 @@ pub struct ExperimentOptions {
     pub knob: Knob,
     /// Repetitions per arm: fixed, or added until the answer is clear.
     pub reps: Reps,
-    /// None: interleaved ABAB…; Some(seed): random order.
+    /// None: interleaved pairs of alternating order (AB BA AB …);
+    /// Some(seed): random order.
     pub random_order: Option<u64>,
     pub alpha: f64,
     /// Default: the A/A floor.
@@ -361,8 +362,21 @@ pub fn restore_from(state_file: &Path) -> Result<String> {
     ))
 }
 
-fn order(reps: usize, random: Option<u64>) -> Vec<Arm> {
-    let mut arms: Vec<Arm> = (0..reps).flat_map(|_| [Arm::A, Arm::B]).collect();
+/// The arms of the next `reps` pairs, the first of them pair number
+/// `first_pair` of the experiment. Interleaved pairs alternate their order
+/// (AB BA AB …): with A always first, any drift over the run (the host
+/// settling, the server warming) reads as the knob's effect, and one
+/// direction of it always favours B.
+fn order(reps: usize, first_pair: usize, random: Option<u64>) -> Vec<Arm> {
+    let mut arms: Vec<Arm> = (first_pair..first_pair + reps)
+        .flat_map(|j| {
+            if j % 2 == 0 {
+                [Arm::A, Arm::B]
+            } else {
+                [Arm::B, Arm::A]
+            }
+        })
+        .collect();
     if let Some(seed) = random {
         let mut rng = stats::Rng::new(seed);
         for i in (1..arms.len()).rev() {
@@ -501,7 +515,11 @@ pub fn run(
     let most_repeated = design.looks.last().copied().unwrap_or(0);
     let mut last: Option<Look> = None;
     for (k, &n) in design.looks.iter().enumerate() {
-        let block = order(n - reps.len() / 2, opts.random_order.map(|s| s ^ k as u64));
+        let block = order(
+            n - reps.len() / 2,
+            reps.len() / 2,
+            opts.random_order.map(|s| s ^ k as u64),
+        );
         for arm in block {
             loop {
                 let i = reps.len() + disturbed.len();
@@ -937,6 +955,17 @@ pub fn html(r: &ExperimentResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interleaved_pairs_alternate_their_order_across_looks() {
+        use Arm::{A, B};
+        assert_eq!(order(3, 0, None), [A, B, B, A, A, B]);
+        // The second look goes on where the first stopped (pair 3: BA).
+        assert_eq!(order(2, 3, None), [B, A, A, B]);
+        // Shuffled, each arm still gets its repetitions.
+        let r = order(5, 0, Some(7));
+        assert_eq!(r.iter().filter(|&&a| a == A).count(), 5);
+    }
     use crate::loadgen::protocol::{KvOp, Target as LoadTarget};
 
     fn options(knob: Knob, state_file: PathBuf) -> ExperimentOptions {

@@ -34,7 +34,8 @@ pub struct Planned {
     pub now_ns: u64,
     /// Its predicted value without the cause (from the account), and the
     /// change in percent (negative: an improvement). None for a
-    /// candidate: the account implicates nothing, the experiment decides.
+    /// candidate knob the account cannot predict (anything but stopping a
+    /// process): the experiment decides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,7 +134,7 @@ impl Confirmation {
             hi,
             c.planned
                 .expected_change_pct
-                .map_or("nothing (a candidate)".into(), |p| format!("{p:+.0}%"))
+                .map_or("nothing (a candidate knob)".into(), |p| format!("{p:+.0}%"))
         ))
     }
 }

@@ -203,6 +203,13 @@ pub const NO_STACK: i32 = i32::MIN;
 /// a larger map means fewer collisions) and frames kept per stack.
 pub const STACK_SLOTS: usize = 32768;
 pub const STACK_DEPTH: usize = 64;
+/// Stacks the `STACKS_OVERFLOW` map holds: those whose slot in `STACKS`
+/// held another stack. The kernel hashes a stack with a fixed seed, so it
+/// lands in the same slot of a second map; that slot is free unless
+/// another colliding stack took it (a redis run lost all 27 of its
+/// `clock_nanosleep` kernel stacks to one collision in `STACKS`). Their
+/// ids are offset by [`STACK_SLOTS`].
+pub const STACK_OVERFLOW_SLOTS: usize = 4096;
 
 /// `--stacks`: one on-CPU sample of a target thread.
 #[repr(C)]

@@ -11,10 +11,11 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, Counter, CpuState, NO_STACK, NUM_COUNTERS, SYSCALL_SLOTS, Total,
+    BUCKET_SLOTS, Bucket, Counter, CpuState, NO_STACK, NUM_COUNTERS, STACK_SLOTS, SYSCALL_SLOTS,
+    Total,
 };
 
-use crate::maps::{BUCKETS, CHILD_TGIDS, CPUS, STACKS};
+use crate::maps::{BUCKETS, CHILD_TGIDS, CPUS, STACKS, STACKS_OVERFLOW};
 
 #[inline(always)]
 pub(crate) fn now() -> u64 {
@@ -179,10 +180,18 @@ pub(crate) const USER_STACK: u64 = 1 << 8;
 const EEXIST: i32 = -17;
 
 /// The id in `STACKS` of the current kernel (`flags` 0) or user
-/// (`USER_STACK`) stack; a failure is counted and returned negative.
+/// (`USER_STACK`) stack, or in `STACKS_OVERFLOW` plus `STACK_SLOTS` when
+/// its slot in `STACKS` holds another stack; a failure is counted and
+/// returned negative.
 #[inline(always)]
 pub(crate) fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> i32 {
-    match ctx.get_stackid(&STACKS, flags) {
+    let found = match ctx.get_stackid(&STACKS, flags) {
+        Err(EEXIST) => ctx
+            .get_stackid(&STACKS_OVERFLOW, flags)
+            .map(|id| id + STACK_SLOTS as i64),
+        other => other,
+    };
+    match found {
         Ok(id) => id as i32,
         Err(e) => {
             total_add(if e == EEXIST {

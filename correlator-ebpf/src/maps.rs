@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use correlator_common::{
     BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, SPIN_CPUS, STACK_DEPTH,
-    STACK_SLOTS, SYSCALL_SLOTS, SyscallTotal, THREAD_SLOTS, ThreadState,
+    STACK_OVERFLOW_SLOTS, STACK_SLOTS, SYSCALL_SLOTS, SyscallTotal, THREAD_SLOTS, ThreadState,
 };
 
 #[unsafe(no_mangle)]
@@ -104,9 +104,16 @@ pub(crate) static SCRATCH: PerCpuArray<ThreadState> = PerCpuArray::with_max_entr
 
 /// `--stacks`: kernel and user stacks of samples and switch-outs, by id.
 /// Preallocated by the kernel (`STACK_SLOTS` × `STACK_DEPTH` × 8 bytes);
-/// a stack whose hash slot holds another stack is counted, not stored.
+/// a stack whose hash slot holds another stack goes to `STACKS_OVERFLOW`.
 #[btf_map]
 pub(crate) static STACKS: StackTrace<STACK_SLOTS, 0, STACK_DEPTH> = StackTrace::new();
+
+/// `--stacks`: the stacks that collided in `STACKS` (see
+/// [`correlator_common::STACK_OVERFLOW_SLOTS`]); one that collides here
+/// too is counted, not stored.
+#[btf_map]
+pub(crate) static STACKS_OVERFLOW: StackTrace<STACK_OVERFLOW_SLOTS, 0, STACK_DEPTH> =
+    StackTrace::new();
 
 /// `--stacks`: one record per on-CPU sample ([`correlator_common::SampleRecord`]).
 #[map]

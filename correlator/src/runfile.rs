@@ -95,7 +95,7 @@ pub struct Losses {
     #[serde(default)]
     pub syscall_records_lost: u64,
     /// `--stacks`: sample records lost to their full ring buffer; stacks
-    /// not stored because another stack held their slot in the stack map;
+    /// not stored because other stacks held their slot in both stack maps;
     /// stacks referenced but gone from the map when read.
     #[serde(default)]
     pub sample_records_lost: u64,

@@ -155,6 +155,9 @@ pub struct Probes {
     syscall_totals: PerCpuArray<MapData, SyscallTotal>,
     samples: RingBuf<MapData>,
     stacks: StackTraceMap<MapData>,
+    /// Stacks whose slot in `stacks` held another one; their ids are
+    /// offset by `STACK_SLOTS`.
+    stacks_overflow: StackTraceMap<MapData>,
     /// Names of tasks that ran while a target waited, by pid, for records
     /// the kernel side left unnamed (see `note_runner`).
     names: std::collections::HashMap<u32, String>,
@@ -346,6 +349,7 @@ impl Probes {
             syscall_totals: take_map(&mut ebpf, "SYSCALL_TOTALS")?,
             samples: take_map(&mut ebpf, "SAMPLES")?,
             stacks: take_map(&mut ebpf, "STACKS")?,
+            stacks_overflow: take_map(&mut ebpf, "STACKS_OVERFLOW")?,
             names: std::collections::HashMap::new(),
             ebpf: Some(ebpf),
             bucket_ns,
@@ -458,16 +462,19 @@ impl Probes {
     }
 
     /// The stacks the timeline's samples and off-CPU records reference, as
-    /// the kernel's stack map holds them (read once, at the end: the map
-    /// keeps every stack for the whole run).
-    /// The stacks `timeline` references, read from the stack map.
+    /// the kernel's stack maps hold them (read once, at the end: the maps
+    /// keep every stack for the whole run).
     pub fn raw_stacks(&self, timeline: &Timeline) -> RawStacks {
         let (kernel, user) = RawStacks::wanted(timeline.samples().iter(), timeline.offcpu().iter());
         let mut raw = RawStacks::default();
         let read = |ids: Vec<u32>, missing: &mut u64| {
             let mut out = std::collections::BTreeMap::new();
             for id in ids {
-                match self.stacks.get(&id, 0) {
+                let found = match id.checked_sub(correlator_common::STACK_SLOTS as u32) {
+                    Some(overflow) => self.stacks_overflow.get(&overflow, 0),
+                    None => self.stacks.get(&id, 0),
+                };
+                match found {
                     Ok(st) => {
                         out.insert(id, st.frames().iter().map(|f| f.ip).collect());
                     }

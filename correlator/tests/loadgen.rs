@@ -55,8 +55,9 @@ fn percentile(dist: &Value, p: f64) -> Option<u64> {
 /// on one CPU it is two context switches (p99 25-30 µs).
 #[test]
 fn coordinated_omission_is_reproduced() {
-    // Its closed loop must see a sub-millisecond p99: not in a steal burst.
-    crate::host::measure("coordinated_omission_is_reproduced", co_is_reproduced);
+    // Its closed loop must see a sub-millisecond p99, its open loop the
+    // 20 ms stalls and nothing longer: not in a steal burst, however short.
+    crate::host::measure_burst_sensitive("coordinated_omission_is_reproduced", co_is_reproduced);
 }
 
 fn co_is_reproduced() {

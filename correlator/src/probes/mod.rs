@@ -23,8 +23,8 @@ use aya::{
 };
 use correlator_common::{
     BUCKET_SLOTS, Bucket, Config, CpuState, NUM_COUNTERS, NUM_IRQ_KINDS, NUM_SOFTIRQ_VECTORS,
-    NUM_TOTALS, OffCpuRecord, RequestRecord, SYSCALL_SLOTS, SampleRecord, SyscallRecord,
-    SyscallTotal, TOTAL_IRQ_KIND_BASE, ThreadBucket, Total,
+    NUM_TOTALS, OffCpuRecord, RequestRecord, STACK_OVERFLOW_SLOTS, STACK_SLOTS, SYSCALL_SLOTS,
+    SampleRecord, SyscallRecord, SyscallTotal, TOTAL_IRQ_KIND_BASE, ThreadBucket, Total,
 };
 use serde::{Deserialize, Serialize};
 
@@ -292,9 +292,14 @@ impl Probes {
             enable_stats(Stats::RunTime).ok()
         };
         let stats_enabled = stats.is_some() || bpf_stats_sysctl_on();
+        // Without --stacks nothing is stored in the stack maps: one slot
+        // each, not 18 MiB of preallocated kernel memory for the whole run.
+        let stack_slots = |n: usize| if cfg.stacks { n as u32 } else { 1 };
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
             .map_max_entries("RECORDS", cfg.ring_bytes)
+            .map_max_entries("STACKS", stack_slots(STACK_SLOTS))
+            .map_max_entries("STACKS_OVERFLOW", stack_slots(STACK_OVERFLOW_SLOTS))
             .load(EBPF_OBJECT)
             .map_err(|e| load_error(&e))?;
         let next_epoch = clock::monotonic_ns() / bucket_ns;
@@ -470,7 +475,7 @@ impl Probes {
         let read = |ids: Vec<u32>, missing: &mut u64| {
             let mut out = std::collections::BTreeMap::new();
             for id in ids {
-                let found = match id.checked_sub(correlator_common::STACK_SLOTS as u32) {
+                let found = match id.checked_sub(STACK_SLOTS as u32) {
                     Some(overflow) => self.stacks_overflow.get(&overflow, 0),
                     None => self.stacks.get(&id, 0),
                 };

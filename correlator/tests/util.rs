@@ -2,7 +2,7 @@
 //! workload helper, the recorder and servers.
 
 use std::{
-    io::{BufRead as _, BufReader, Write as _},
+    io::{BufRead, BufReader, Write as _},
     path::PathBuf,
     process::{Child, ChildStdin, Command, Stdio},
     time::{Duration, Instant},
@@ -64,16 +64,8 @@ impl Workload {
         // earlier would count its start-up (fresh64 failed on a slow start:
         // 300 loader faults in the kernel's count and not in the window).
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(line)) if line == "ready" => break,
-                Some(Ok(line)) => eprintln!("workload: {line}"),
-                other => panic!(
-                    "workload did not get ready: {other:?} {:?}",
-                    child.try_wait()
-                ),
-            }
-        }
+        let ready = wait_for_line(&mut lines, |l| l == "ready", Some("workload"), LONG_START);
+        assert!(ready, "workload did not get ready: {:?}", child.try_wait());
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
                 eprintln!("workload: {line}");
@@ -180,17 +172,13 @@ impl Recorder {
             .expect("spawn recorder");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| panic!("recorder exited before attaching: {:?}", child.wait()))
-                .expect("read stderr");
-            if line.contains("attached to PID") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "recorder did not attach");
-        }
+        let attached = wait_for_line(
+            &mut lines,
+            |l| l.contains("attached to PID"),
+            None,
+            Duration::from_secs(30),
+        );
+        assert!(attached, "recorder did not attach: {:?}", child.try_wait());
         // Keep draining stderr so the recorder never blocks on it.
         std::thread::spawn(move || for _ in lines {});
         Self { child, out }
@@ -208,6 +196,34 @@ impl Recorder {
         assert!(status.success(), "recorder failed: {status:?}");
         RunFile::load(&self.out).expect("run file")
     }
+}
+
+/// How long a helper may take to get ready (bpftrace compiles and attaches
+/// its probes; a workload maps its memory) on a host that steals CPU.
+const LONG_START: Duration = Duration::from_secs(120);
+
+/// Reads a child's `lines` until one that `marker` accepts, echoing the
+/// others to stderr after `echo` when given. False when the stream ended
+/// first (the child exited) or `within` ran out (checked as lines arrive).
+pub fn wait_for_line<R: BufRead>(
+    lines: &mut std::io::Lines<R>,
+    marker: impl Fn(&str) -> bool,
+    echo: Option<&str>,
+    within: Duration,
+) -> bool {
+    let deadline = Instant::now() + within;
+    for line in lines.by_ref().map_while(Result::ok) {
+        if marker(&line) {
+            return true;
+        }
+        if let Some(who) = echo {
+            eprintln!("{who}: {line}");
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+    }
+    false
 }
 
 /// Per-CPU values of one row of /proc/interrupts or /proc/softirqs.
@@ -390,15 +406,8 @@ impl Bpftrace {
             .expect("bpftrace (installed by xtask/setup.sh)");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        loop {
-            let line = lines
-                .next()
-                .expect("bpftrace exited before attaching")
-                .expect("read bpftrace");
-            if line == "ready" {
-                break;
-            }
-        }
+        let ready = wait_for_line(&mut lines, |l| l == "ready", None, LONG_START);
+        assert!(ready, "bpftrace did not attach: {:?}", child.try_wait());
         // Keep reading in a thread so the pipe never fills.
         let (tx, output) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -398,7 +398,7 @@ fn judge(planned: &Planned, isolates: bool, t: &crate::experiment::Test) -> (Out
     if improved && predicts_none {
         (
             Outcome::Inconclusive,
-            "; the account gives this knob none of the tail (the process never ran while the server waited for its CPU), so one experiment does not confirm it: repeat it, or look for an effect the probes do not see (shared caches, memory bandwidth)".into(),
+            "; the account predicts no change from this knob (a process offered to stop never ran while the server waited for its CPU), so one experiment does not confirm it: repeat it, or look for an effect the probes do not see (shared caches, memory bandwidth)".into(),
         )
     } else if improved {
         if isolates || t.ci_high_pct >= expected {
@@ -639,7 +639,7 @@ mod tests {
         let t = test(-11.5, (-18.3, -1.1), Finding::Improvement);
         let (o, why) = judge(&decoy, true, &t);
         assert_eq!(o, Outcome::Inconclusive);
-        assert!(why.contains("none of the tail"), "{why}");
+        assert!(why.contains("predicts no change"), "{why}");
         // No meaningful change either way refutes it ...
         let t = test(1.0, (-3.0, 4.0), Finding::NoDifference);
         assert!(experiment::settled(&t));

@@ -228,15 +228,10 @@ fn shrunk(report: &Report, share: f64, percentile: f64) -> (u64, u64) {
 /// ran there, over the episodes whose account names `pid` as the task
 /// that ran longest instead of the server (`preempted_by`).
 fn preempted_share(report: &Report, pid: u32) -> f64 {
-    let who = format!("(pid {pid})");
     let (mut by_pid, mut all) = (0u64, 0u64);
     for e in &report.episodes {
         all += e.account.duration_ns;
-        if e.account
-            .preempted_by
-            .as_deref()
-            .is_some_and(|p| p.ends_with(&who))
-        {
+        if e.account.preempted_by.as_deref().and_then(pid_in) == Some(pid) {
             by_pid += e.account.runnable_ns;
         }
     }

@@ -17,8 +17,9 @@
 //!
 //! Two more rules: `stats` imports nothing from the crate (pure functions
 //! with scipy-checked tests), and `harness` (helper targets for tests and
-//! benchmarks) may import any layer but only `cli` and unit-test modules
-//! (`tests.rs`) import it.
+//! benchmarks, compiled only for tests and with the `testkit` feature,
+//! run as the `correlator-testkit` binary) may import any layer but `cli`,
+//! and only unit-test modules (`tests.rs`) import it.
 
 pub mod analysis;
 pub mod cli;
@@ -28,6 +29,7 @@ pub mod cpu;
 pub mod demo;
 pub mod doctor;
 pub mod experiment;
+#[cfg(any(test, feature = "testkit"))]
 pub mod harness;
 pub mod latency;
 pub mod loadgen;

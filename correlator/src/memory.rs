@@ -154,3 +154,49 @@ impl Drop for Region {
         unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
     }
 }
+
+/// `1GiB`, `500MiB`, `10MB`, `4096`: a size in bytes. Hand-written: four
+/// suffixes do not need a crate.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a size such as 500MiB or 2GiB"))?;
+    let k: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tb" => 1e12,
+        "tib" => 1024.0_f64.powi(4),
+        u => {
+            return Err(format!(
+                "{s:?}: unknown unit {u:?} (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
+            ));
+        }
+    };
+    Ok((n * k) as u64)
+}
+
+#[cfg(test)]
+mod parse_bytes_tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("500MiB"), Ok(500 << 20));
+        assert_eq!(parse_bytes("1.5 GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("10kb"), Ok(10_000));
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("GiB").is_err());
+    }
+}

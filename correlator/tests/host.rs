@@ -310,7 +310,28 @@ fn worst_window(samples: &[(Instant, Vec<Ticks>)], span: Duration) -> f64 {
     worst
 }
 
+/// Appends the test's wall time (waits for quiet and discarded attempts
+/// included) to `live-times.txt` in the tests' scratch directory: `cargo
+/// xtask test` prints every live test's time, the tier's total and the
+/// slowest ten from it.
+fn record_time(test: &str, took: Duration, attempts: u32, outcome: &str) {
+    use std::io::Write as _;
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-times.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(
+            f,
+            "{test}\t{:.1}\t{attempts}\t{outcome}",
+            took.as_secs_f64()
+        );
+    }
+}
+
 fn attempts(test: &str, max: u32, rule: Rule, body: impl Fn()) {
+    let first_start = Instant::now();
     for attempt in 1..=max {
         await_quiet(test);
         let before = cpu_ticks();
@@ -342,6 +363,8 @@ fn attempts(test: &str, max: u32, rule: Rule, body: impl Fn()) {
             WAITED_MS.fetch_add(took.as_millis() as u64, Ordering::Relaxed);
             continue;
         }
+        let verdict = if outcome.is_ok() { "passed" } else { "failed" };
+        record_time(test, first_start.elapsed(), attempt, verdict);
         if let Err(panic) = outcome {
             eprintln!("{said}; this attempt's verdict stands");
             resume_unwind(panic);

@@ -8,12 +8,12 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
-use crate::util::{BIN, scratch, succeed, succeed_json};
+use crate::util::{BIN, TESTKIT, scratch, succeed, succeed_json};
 
 /// Two report directories written by watch's recorder at `rate` req/s.
 fn watch_reports(dir: &Path, rate: u32) -> Vec<std::path::PathBuf> {
     succeed(
-        Command::new(BIN)
+        Command::new(TESTKIT)
             .args(["watch-memcheck", "--duration", "20s"])
             .args(["--report-every", "10s", "--rate", &rate.to_string()])
             .arg("--out")
@@ -62,7 +62,7 @@ fn merging_watch_reports_adds_their_histograms() {
     // them: one line, non-zero exit.
     let client = dir.join("client.run");
     succeed(
-        Command::new(BIN)
+        Command::new(TESTKIT)
             .args(["synth-run", "--seconds", "2", "--requests", "1000"])
             .args(["--events", "1000", "--out"])
             .arg(&client),

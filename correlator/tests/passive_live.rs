@@ -8,7 +8,8 @@
 use std::process::{Command, Stdio};
 
 use crate::util::{
-    BIN, Proc, debian_binary, demo_server, free_port, redis_server, scratch, wait_listening,
+    BIN, Proc, TESTKIT, debian_binary, demo_server, free_port, redis_server, scratch,
+    wait_listening,
 };
 use serde_json::Value;
 
@@ -369,7 +370,7 @@ fn workload_calls(extra: &[&str], name: &str) -> (Value, Value) {
         w.pid(),
         dir.join("u.run"),
         &[
-            &["--uprobe", &format!("{BIN}:correlator_known_work")],
+            &["--uprobe", &format!("{TESTKIT}:correlator_known_work")],
             extra,
         ]
         .concat(),

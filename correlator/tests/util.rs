@@ -11,6 +11,9 @@ use std::{
 use correlator::{harness::workload::Usage, runfile::RunFile};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_correlator");
+/// The helper programs (workload, test servers, synthetic runs): not the
+/// product, built with the `testkit` feature.
+pub const TESTKIT: &str = env!("CARGO_BIN_EXE_correlator-testkit");
 
 /// Live tests need root and BPF. In CI (`CI=true`) their absence is a
 /// failure; elsewhere the test is skipped with the reason printed.
@@ -51,7 +54,7 @@ pub struct Workload {
 
 impl Workload {
     pub fn spawn(args: &[&str]) -> Self {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(TESTKIT)
             .arg("workload")
             .args(args)
             .stdin(Stdio::piped())
@@ -251,13 +254,19 @@ impl Drop for Proc {
 
 /// Starts correlator's demo server; returns it and its address.
 pub fn demo_server(args: &[&str]) -> (Proc, String) {
-    helper_server("demo-server", args)
+    start_server(BIN, "demo-server", args)
 }
 
-/// Starts one of correlator's helper servers (it prints "listening on
+/// Starts one of the testkit's helper servers (it prints "listening on
 /// ADDR" when ready); returns it and its address.
 pub fn helper_server(command: &str, args: &[&str]) -> (Proc, String) {
-    let mut child = Command::new(BIN)
+    start_server(TESTKIT, command, args)
+}
+
+/// Starts `program command args...`, a server that prints "listening on
+/// ADDR" when ready; returns it and its address.
+fn start_server(program: &str, command: &str, args: &[&str]) -> (Proc, String) {
+    let mut child = Command::new(program)
         .arg(command)
         .args(args)
         .stdout(Stdio::piped())

@@ -25,7 +25,7 @@ use correlator::clock::monotonic_ns;
 use serde_json::Value;
 
 use crate::util::{
-    BIN, Proc, VENV_PYTHON, demo_server, free_port, helper_server, scratch, succeed_json,
+    BIN, Proc, TESTKIT, VENV_PYTHON, demo_server, free_port, helper_server, scratch, succeed_json,
 };
 
 const CLEAN: Duration = Duration::from_secs(60);
@@ -558,7 +558,7 @@ impl Prometheus {
 #[test]
 fn watch_memory_is_bounded_by_its_window() {
     let dir = scratch("watch-memcheck");
-    let out = Command::new(BIN)
+    let out = Command::new(TESTKIT)
         .args(["watch-memcheck", "--rate", "20000", "--duration", "10m"])
         .args(["--report-every", "2m", "--max-disk", "100MiB"])
         .args(["--out", dir.to_str().expect("utf-8")])

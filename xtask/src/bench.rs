@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use crate::{build_release, workspace_root};
+use crate::{build_release, build_testkit, workspace_root};
 
 #[derive(Subcommand)]
 pub enum Bench {
@@ -64,9 +64,9 @@ pub fn run(which: Bench) -> Result<()> {
         Bench::Redis { reps } => crate::bench_redis::run(reps),
         Bench::Watch { reps } => crate::bench_watch::run(reps),
         Bench::Symbols => {
-            let bin = build_release()?;
+            let testkit = build_testkit()?;
             for _ in 0..3 {
-                crate::run(Command::new(&bin).arg("symbench"))?;
+                crate::run(Command::new(&testkit).arg("symbench"))?;
             }
             Ok(())
         }
@@ -610,7 +610,7 @@ fn analysis() -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let run_file = dir.join("synthetic-60s.run");
     crate::run(
-        Command::new(&bin)
+        Command::new(build_testkit()?)
             .args([
                 "synth-run",
                 "--seconds",

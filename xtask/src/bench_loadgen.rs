@@ -9,7 +9,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use crate::build_release;
+use crate::{build_release, build_testkit};
 
 /// Send-slip p99 bound for "sustained".
 const SLIP_BOUND_NS: u64 = 50_000;
@@ -23,8 +23,8 @@ impl Drop for Server {
     }
 }
 
-fn test_server(bin: &Path, stall_every: u64) -> Result<Server> {
-    let mut child = Command::new(bin)
+fn test_server(testkit: &Path, stall_every: u64) -> Result<Server> {
+    let mut child = Command::new(testkit)
         .args([
             "testserver",
             "--stall-every",
@@ -71,14 +71,15 @@ fn ms(ns: Option<u64>) -> String {
 
 pub fn run() -> Result<()> {
     let bin = build_release()?;
-    highest_rate(&bin)?;
-    versus_wrk(&bin)?;
-    memory(&bin)?;
+    let testkit = build_testkit()?;
+    highest_rate(&bin, &testkit)?;
+    versus_wrk(&bin, &testkit)?;
+    memory(&testkit)?;
     Ok(())
 }
 
-fn highest_rate(bin: &Path) -> Result<()> {
-    let server = test_server(bin, 0)?;
+fn highest_rate(bin: &Path, testkit: &Path) -> Result<()> {
+    let server = test_server(testkit, 0)?;
     let url = format!("tcp://{}", server.1);
     println!(
         "\nhighest rate with send-slip p99 ≤ {} µs (trivial local server on the same 2 cores, 8 connections, 4 s phases, --rt-pacer):",
@@ -123,8 +124,8 @@ fn highest_rate(bin: &Path) -> Result<()> {
     Ok(())
 }
 
-fn versus_wrk(bin: &Path) -> Result<()> {
-    let server = test_server(bin, 1000)?;
+fn versus_wrk(bin: &Path, testkit: &Path) -> Result<()> {
+    let server = test_server(testkit, 1000)?;
     println!("\nstalling server (20 ms every 1,000th request), 10,000 req/s offered, 6 s:");
     let open = load(
         bin,
@@ -196,8 +197,8 @@ fn versus_wrk(bin: &Path) -> Result<()> {
     Ok(())
 }
 
-fn memory(bin: &Path) -> Result<()> {
-    let out = Command::new(bin)
+fn memory(testkit: &Path) -> Result<()> {
+    let out = Command::new(testkit)
         .args(["memcheck", "--rate", "50000", "--seconds", "600"])
         .output()
         .context("memcheck")?;

@@ -3,8 +3,11 @@
 //! `//! - NAME: mod, mod, ...`, lowest first), so the written order and the
 //! checked one cannot drift apart. Every `crate::` path in `correlator/src`
 //! is resolved to its top-level module; an import from a higher layer, any
-//! import into `stats`, or an import of `harness` from outside `cli` (and
-//! unit-test modules, `tests.rs`) fails.
+//! import into `stats`, an import of `harness` (the test helpers) from
+//! anything but unit-test modules (`tests.rs`), or of `cli` from the
+//! harness fails. Inside a module directory, sibling submodules must not
+//! import each other in a circle (`super::a` in `b.rs` and `super::b` in
+//! `a.rs`): shared types go one floor down.
 //!
 //! Hand-written rather than with a Rust parser crate: `crate::` paths and
 //! brace groups are all it needs to read.
@@ -39,6 +42,12 @@ fn layers(lib: &str) -> Result<BTreeMap<String, usize>> {
 /// Top-level modules named after each `crate::` in `text`, including
 /// every item of a `crate::{a, b::c, d::{..}}` group.
 fn crate_paths(text: &str) -> BTreeSet<String> {
+    prefixed_paths(text, "crate::")
+}
+
+/// The first path segment after each `prefix` in `text` (`crate::`,
+/// `super::`), including every item of a `prefix{a, b::c, d::{..}}` group.
+fn prefixed_paths(text: &str, prefix: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let ident = |s: &str| -> String {
         s.chars()
@@ -46,8 +55,8 @@ fn crate_paths(text: &str) -> BTreeSet<String> {
             .collect()
     };
     let mut rest = text;
-    while let Some(i) = rest.find("crate::") {
-        rest = &rest[i + "crate::".len()..];
+    while let Some(i) = rest.find(prefix) {
+        rest = &rest[i + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let mut depth = 0usize;
             let mut item_start = true;
@@ -120,14 +129,22 @@ pub fn check(src: &Path) -> Result<Vec<String>> {
             let what = format!("{} imports crate::{target}", rel.display());
             if target == "harness" {
                 // Unit-test modules (`tests.rs`) may build their inputs
-                // with the harness, as integration tests do.
+                // with the harness, as integration tests do; the product,
+                // its command line included, never does.
                 let test_module = rel.file_name().is_some_and(|f| f == "tests.rs");
-                if first != "cli" && !test_module {
-                    problems.push(format!("{what}: only cli may import the harness"));
+                if !test_module {
+                    problems.push(format!(
+                        "{what}: only unit tests (tests.rs) import the harness, never the product"
+                    ));
                 }
                 continue;
             }
             if first == "harness" {
+                if target == "cli" {
+                    problems.push(format!(
+                        "{what}: the harness must not import the command line (it has its own, harness/cli.rs)"
+                    ));
+                }
                 continue;
             }
             if first == "stats" {
@@ -147,7 +164,69 @@ pub fn check(src: &Path) -> Result<Vec<String>> {
         }
     }
     problems.dedup();
+    problems.extend(sibling_cycles(src)?);
     Ok(problems)
+}
+
+/// Circles among the submodules of each module directory: `b.rs` naming
+/// `super::a` is an edge b → a; a path back from a to b is a circle.
+fn sibling_cycles(src: &Path) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let Some(stem) = path.file_stem().map(|s| s.to_string_lossy().to_string()) else {
+                continue;
+            };
+            if path.extension().is_none_or(|e| e != "rs") || stem == "mod" || stem == "tests" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path)?;
+            // A file's own `mod tests` reads `super::*` of itself, not of a sibling.
+            let body = text.split("#[cfg(test)]").next().unwrap_or(&text);
+            edges.insert(stem, prefixed_paths(body, "super::"));
+        }
+        let names: BTreeSet<String> = edges.keys().cloned().collect();
+        for (from, tos) in &edges {
+            for to in tos.iter().filter(|t| names.contains(*t) && *t != from) {
+                if reaches(&edges, to, from, &mut BTreeSet::new()) {
+                    let rel = dir.strip_prefix(src).unwrap_or(&dir);
+                    problems.push(format!(
+                        "{}/{from}.rs imports super::{to}, which leads back to {from}: a circle among sibling modules (move the shared types one floor down)",
+                        rel.display()
+                    ));
+                }
+            }
+        }
+    }
+    problems.sort();
+    Ok(problems)
+}
+
+/// Whether `to` can be reached from `from` along `edges`.
+fn reaches(
+    edges: &BTreeMap<String, BTreeSet<String>>,
+    from: &str,
+    to: &str,
+    seen: &mut BTreeSet<String>,
+) -> bool {
+    if from == to {
+        return true;
+    }
+    if !seen.insert(from.to_string()) {
+        return false;
+    }
+    edges
+        .get(from)
+        .is_some_and(|next| next.iter().any(|n| reaches(edges, n, to, seen)))
 }
 
 pub fn run() -> Result<()> {
@@ -186,6 +265,34 @@ mod tests {
         std::fs::write(dir.join("b.rs"), "use crate::a::Y;\n").expect("b");
         let problems = check(&dir).expect("check");
         assert_eq!(problems, ["a.rs imports crate::b: a higher layer"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn finds_harness_imports_and_sibling_circles() {
+        let dir = std::env::temp_dir().join(format!("xtask-layers-h-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("an")).expect("dir");
+        std::fs::create_dir_all(dir.join("harness")).expect("dir");
+        std::fs::write(dir.join("lib.rs"), "//! - low: an\n//! - cli: cli\n").expect("lib");
+        std::fs::write(dir.join("cli.rs"), "use crate::harness::W;\n").expect("cli");
+        std::fs::write(dir.join("harness/mod.rs"), "use crate::cli::X;\n").expect("h");
+        std::fs::write(dir.join("an/mod.rs"), "mod a; mod b; mod c;\n").expect("m");
+        std::fs::write(dir.join("an/a.rs"), "use super::{b::X, Y};\n").expect("a");
+        std::fs::write(dir.join("an/b.rs"), "use super::c::Z;\n").expect("b");
+        std::fs::write(
+            dir.join("an/c.rs"),
+            "fn f() { super::a::g() }\n#[cfg(test)]\nmod tests { use super::*; }\n",
+        )
+        .expect("c");
+        std::fs::write(dir.join("an/tests.rs"), "use crate::harness::T;\n").expect("t");
+        let problems = check(&dir).expect("check");
+        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert!(problems[0].starts_with("cli.rs imports crate::harness: only unit tests"));
+        assert!(problems[1].starts_with("harness/mod.rs imports crate::cli: the harness must not"));
+        assert!(problems[2].starts_with("an/a.rs imports super::b, which leads back to a"));
+        assert!(problems[3].starts_with("an/b.rs imports super::c"));
+        assert!(problems[4].starts_with("an/c.rs imports super::a"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -25,9 +25,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Format check, layers, clippy (-D warnings), every test (live ones
-    /// need root + BPF), then the evaluation.
-    Test,
+    /// Format check, layers, clippy (-D warnings), the unit tests, the
+    /// fast live tier (live tests need root + BPF), then the evaluation;
+    /// each live test's time at the end. `--full` also runs the full tier
+    /// (every live variant, repeated runs, long soaks).
+    Test {
+        /// Run the full tier too (the tests marked `#[ignore = "full tier..."]`).
+        #[arg(long)]
+        full: bool,
+    },
     /// Build, check the machine, and run the demo scenario suite end to end.
     Demo,
     /// Check correlator's one-way layering (the list in correlator/src/lib.rs).
@@ -67,19 +73,47 @@ fn cargo() -> Command {
 }
 
 pub fn build_release() -> Result<PathBuf> {
-    run(cargo().args(["build", "--release", "-p", "correlator"]))?;
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "correlator",
+        "--bin",
+        "correlator",
+    ]))?;
     Ok(workspace_root().join("target/release/correlator"))
 }
 
-fn test() -> Result<()> {
+/// The helper programs of the tests, benchmarks and evaluation
+/// (`correlator-testkit`, not the product: built with the `testkit`
+/// feature, so the release `correlator` holds none of it).
+pub fn build_testkit() -> Result<PathBuf> {
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "correlator",
+        "--features",
+        "testkit",
+        "--bin",
+        "correlator-testkit",
+    ]))?;
+    Ok(workspace_root().join("target/release/correlator-testkit"))
+}
+
+fn test(full: bool) -> Result<()> {
+    let started = std::time::Instant::now();
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     layers::run()?;
     run(cargo().args([
         // The default members: the eBPF crate only builds for the BPF
-        // target (through correlator/build.rs), never for the host.
+        // target (through correlator/build.rs), never for the host. The
+        // testkit feature builds the helpers the tests drive.
         "clippy",
         "--all-targets",
         "--release",
+        "--features",
+        "correlator/testkit",
         "--",
         "-D",
         "warnings",
@@ -87,8 +121,22 @@ fn test() -> Result<()> {
     // One test at a time: live tests measure a shared 2-core machine and
     // must not perturb each other.
     let remeasured = workspace_root().join("target/tmp/host-remeasured.txt");
+    let times = workspace_root().join("target/tmp/live-times.txt");
     let _ = std::fs::remove_file(&remeasured);
-    let tests = run(cargo().args(["test", "--release", "--", "--test-threads=1"]));
+    let _ = std::fs::remove_file(&times);
+    let mut args = vec![
+        "test",
+        "--release",
+        "--features",
+        "correlator/testkit",
+        "--",
+        "--test-threads=1",
+    ];
+    if full {
+        args.push("--include-ignored");
+    }
+    let tests = run(cargo().args(&args));
+    print_times(&times, if full { "full" } else { "fast" });
     // A passing test's output is captured: say here which live tests were
     // measured again because the host disturbed an attempt (tests/host.rs).
     if let Ok(text) = std::fs::read_to_string(&remeasured) {
@@ -98,10 +146,50 @@ fn test() -> Result<()> {
         );
     }
     tests?;
-    eval()
+    eval()?;
+    eprintln!(
+        "xtask: test ({} tier) took {:.1} min in all",
+        if full { "full" } else { "fast" },
+        started.elapsed().as_secs_f64() / 60.0
+    );
+    Ok(())
 }
 
-/// `correlator eval` on 200 synthetic runs (see harness/eval.rs).
+/// Each live test's time (from `live-times.txt`, written by the tests'
+/// `host::attempts`: waits for a quiet host and re-measured attempts
+/// included), the tier's total, and the slowest ten.
+fn print_times(path: &Path, tier: &str) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        eprintln!("xtask: no live test times ({} missing)", path.display());
+        return;
+    };
+    let mut rows: Vec<(String, f64, String, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            let name = f.next()?.to_string();
+            let secs = f.next()?.parse().ok()?;
+            Some((name, secs, f.next()?.to_string(), f.next()?.to_string()))
+        })
+        .collect();
+    eprintln!("xtask: live tests ({tier} tier), in the order they ran:");
+    for (name, secs, attempts, outcome) in &rows {
+        eprintln!("  {secs:>7.1} s  {name} ({attempts} attempt(s), {outcome})");
+    }
+    let total: f64 = rows.iter().map(|r| r.1).sum();
+    eprintln!(
+        "xtask: {} live tests took {:.1} min in all",
+        rows.len(),
+        total / 60.0
+    );
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    eprintln!("xtask: the slowest ten:");
+    for (name, secs, _, _) in rows.iter().take(10) {
+        eprintln!("  {secs:>7.1} s  {name}");
+    }
+}
+
+/// `correlator-testkit eval` on 200 synthetic runs (see harness/eval.rs).
 fn eval() -> Result<()> {
     let bin = build_release()?;
     run(Command::new(bin).args(["eval", "--runs", "200"]))
@@ -117,7 +205,7 @@ fn demo() -> Result<()> {
 
 fn main() -> Result<()> {
     match Cli::parse().task {
-        Task::Test => test(),
+        Task::Test { full } => test(full),
         Task::Demo => demo(),
         Task::Layers => layers::run(),
         Task::Eval => eval(),

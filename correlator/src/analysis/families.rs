@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     Episode, LatencyReport,
     account::TimeAccount,
-    causes::{CauseKind, ENVIRONMENT_CAUSES, SERVER_CAUSES},
+    cause_kind::{CauseKind, ENVIRONMENT_CAUSES, SERVER_CAUSES},
     episodes,
     signature::Signature,
 };

@@ -12,6 +12,7 @@
 //!    baseline windows says so (see [`causes`]).
 
 pub mod account;
+pub mod cause_kind;
 pub mod causes;
 pub mod episodes;
 pub mod families;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     Classification, CodePaths, Episode,
     account::TimeAccount,
-    causes::CauseKind,
+    cause_kind::CauseKind,
     kernel::{OffKind, Threads},
 };
 use crate::{

@@ -8,8 +8,6 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
 
-use crate::harness::{testserver::TestServerArgs, workload::WorkloadArgs};
-
 #[derive(Debug, Parser)]
 #[command(
     name = "correlator",
@@ -122,37 +120,12 @@ pub enum Command {
     Watch(WatchArgs),
     /// Check that this machine can record: kernel, BTF, tracefs, privileges, attach.
     Doctor,
-    /// Test helper: do known work after a line on stdin (for ground-truth tests).
-    #[command(hide = true)]
-    Workload(WorkloadArgs),
-    /// Test server: line protocol and HTTP, with periodic stalls.
-    #[command(hide = true)]
-    Testserver(TestServerArgs),
-    /// Test server whose spikes come from named functions (code paths).
-    #[command(hide = true)]
-    Pathserver(crate::harness::pathserver::PathServerArgs),
     /// The demo server with a switchable latency cause.
     #[command(hide = true)]
     DemoServer(crate::demo::server::DemoServerArgs),
     /// A CPU-bound neighbour in random bursts, pinned to one CPU.
     #[command(hide = true)]
     DemoHog(crate::demo::hog::HogArgs),
-    /// Benchmark helper: write a large synthetic run file (with latency).
-    #[command(hide = true)]
-    SynthRun(SynthRunArgs),
-    /// Benchmark helper: peak memory of the latency recorder over a long synthetic run.
-    #[command(hide = true)]
-    Memcheck(MemcheckArgs),
-    /// Benchmark helper: watch's flight recorder on a synthetic feed, RSS over a long simulated run.
-    #[command(hide = true)]
-    WatchMemcheck(crate::harness::watchbench::WatchBenchArgs),
-    /// Evaluation: synthetic runs with a known truth, scored (exits non-zero
-    /// below the acceptance).
-    #[command(hide = true)]
-    Eval(crate::harness::eval::EvalArgs),
-    /// Benchmark helper: time to symbolize many unique stacks.
-    #[command(hide = true)]
-    Symbench(crate::harness::symbench::SymbenchArgs),
 }
 
 /// Key-value operation for redis:// and memcache:// targets.
@@ -640,28 +613,6 @@ pub struct MergeArgs {
     pub json: bool,
 }
 
-/// Arguments of `correlator synth-run` (hidden).
-#[derive(Debug, clap::Args)]
-pub struct SynthRunArgs {
-    #[arg(long)]
-    pub out: PathBuf,
-    #[arg(long, default_value_t = 60)]
-    pub seconds: u64,
-    #[arg(long, default_value_t = 3_000_000)]
-    pub requests: u64,
-    #[arg(long, default_value_t = 10_000_000)]
-    pub events: u64,
-}
-
-/// Arguments of `correlator memcheck` (hidden).
-#[derive(Debug, clap::Args)]
-pub struct MemcheckArgs {
-    #[arg(long, default_value_t = 50_000)]
-    pub rate: u64,
-    #[arg(long, default_value_t = 600)]
-    pub seconds: u64,
-}
-
 impl LoadSpec {
     /// The load generator's options for `url`.
     pub fn options(&self, url: &str) -> anyhow::Result<crate::loadgen::LoadOptions> {
@@ -778,7 +729,7 @@ pub struct WatchArgs {
     pub max_reports_per_hour: u32,
     /// Disk the report directory may use (e.g. 500MiB, 2GiB); the oldest
     /// reports are removed first.
-    #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
+    #[arg(long, default_value = "1GiB", value_parser = crate::memory::parse_bytes)]
     pub max_disk: u64,
     /// Serve OpenMetrics (Prometheus) on this address, e.g. 127.0.0.1:9464.
     #[arg(long)]
@@ -795,50 +746,4 @@ pub struct WatchArgs {
     pub duration: Option<Duration>,
     #[command(flatten)]
     pub probes: ProbeArgs,
-}
-
-/// `1GiB`, `500MiB`, `10MB`, `4096`: a size in bytes. Hand-written: four
-/// suffixes do not need a crate.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a size such as 500MiB or 2GiB"))?;
-    let k: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tb" => 1e12,
-        "tib" => 1024.0_f64.powi(4),
-        u => {
-            return Err(format!(
-                "{s:?}: unknown unit {u:?} (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
-            ));
-        }
-    };
-    Ok((n * k) as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_bytes("500MiB"), Ok(500 << 20));
-        assert_eq!(parse_bytes("1.5 GB"), Ok(1_500_000_000));
-        assert_eq!(parse_bytes("10kb"), Ok(10_000));
-        assert!(parse_bytes("12 parsecs").is_err());
-        assert!(parse_bytes("GiB").is_err());
-    }
 }

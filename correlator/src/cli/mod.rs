@@ -39,15 +39,7 @@ pub fn execute(cli: Cli) -> Result<ExitCode> {
         Command::Latency(a) => latency::run(&a),
         Command::Watch(a) => watch::run(&a),
         Command::Doctor => doctor::run(),
-        Command::Workload(a) => helpers::workload(&a),
-        Command::Testserver(a) => helpers::testserver(&a),
-        Command::Pathserver(a) => helpers::pathserver(&a),
         Command::DemoServer(a) => helpers::demo_server(&a),
         Command::DemoHog(a) => helpers::demo_hog(&a),
-        Command::SynthRun(a) => helpers::synth_run(&a),
-        Command::Memcheck(a) => helpers::memcheck(&a),
-        Command::WatchMemcheck(a) => helpers::watch_memcheck(&a),
-        Command::Symbench(a) => helpers::symbench(&a),
-        Command::Eval(a) => helpers::eval(&a),
     }
 }

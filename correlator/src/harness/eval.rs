@@ -1,4 +1,4 @@
-//! The evaluation (`correlator eval`, hidden; `cargo xtask eval`, in the
+//! The evaluation (`correlator-testkit eval`; `cargo xtask eval`, in the
 //! test command): synthetic runs with a known truth and realistic noise,
 //! analysed as any run is, scored against the truth.
 //!
@@ -244,7 +244,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         scores.push((scenario, score));
     }
     println!(
-        "correlator eval: {} synthetic runs (seed {})",
+        "correlator-testkit eval: {} synthetic runs (seed {})",
         per * 5,
         args.seed
     );

@@ -1,5 +1,5 @@
 //! Known syscall work for ground-truth tests of the syscall and wait-site
-//! accounting, done by the `correlator workload` helper, which times each
+//! accounting, done by the `correlator-testkit workload` helper, which times each
 //! phase itself: CLOCK_MONOTONIC around it (wall) and
 //! CLOCK_THREAD_CPUTIME_ID (its thread's CPU time).
 //!

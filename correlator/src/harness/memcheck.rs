@@ -1,4 +1,4 @@
-//! `correlator memcheck`: the latency recorder fed a long synthetic run,
+//! `correlator-testkit memcheck`: the latency recorder fed a long synthetic run,
 //! and the process's peak memory (for `cargo xtask bench loadgen`).
 
 use crate::latency::recorder::{Recorder, RequestTimes};

@@ -1,11 +1,13 @@
-//! Helper targets for tests and benchmarks, run through hidden
-//! subcommands: the workload that does known work and times itself, the
-//! stalling test server, the code-path server, synthetic run files, the
-//! recorder's memory check.
-//! No product module imports this one (`cargo xtask layers` checks it);
-//! only the command line's dispatch (`cli/helpers.rs`), unit-test modules
-//! (`tests.rs`) and the integration tests do.
+//! Helper targets for tests and benchmarks, run as `correlator-testkit`
+//! subcommands ([`cli`]): the workload that does known work and times
+//! itself, the stalling test server, the code-path server, synthetic run
+//! files, the recorder's memory check, the evaluation.
+//! Compiled only for unit tests and with the `testkit` feature, so the
+//! product binary holds none of it. No product module imports this one
+//! (`cargo xtask layers` checks it); only unit-test modules (`tests.rs`),
+//! the `correlator-testkit` binary and the integration tests do.
 
+pub mod cli;
 pub mod eval;
 pub mod known_syscalls;
 pub mod memcheck;

@@ -1,4 +1,4 @@
-//! The code-path helper (`correlator pathserver`, hidden): a line-protocol
+//! The code-path helper (`correlator-testkit pathserver`, hidden): a line-protocol
 //! server whose latency spikes come from named, never-inlined functions,
 //! each timed by the server itself, so a test can check that the report
 //! names the function and gives it the share of episode time it really

@@ -1,4 +1,4 @@
-//! Symbolization cost (`correlator symbench`, hidden; `cargo xtask bench
+//! Symbolization cost (`correlator-testkit symbench`; `cargo xtask bench
 //! symbols`): 10,000 unique stacks of real code addresses, a kernel and a
 //! user stack each, symbolized as at the end of a run.
 //!

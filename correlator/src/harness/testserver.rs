@@ -1,4 +1,4 @@
-//! The in-repo test server (`correlator testserver`, hidden): answers the
+//! The in-repo test server (`correlator-testkit testserver`, hidden): answers the
 //! line protocol (and HTTP/1.1 GET) in microseconds, and stalls the whole
 //! server for `stall` on every `stall_every`-th request, the classic
 //! coordinated-omission demonstration. A thread per connection; one global

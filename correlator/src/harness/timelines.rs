@@ -1,5 +1,5 @@
 //! Deterministic synthetic timelines for analysis tests and the
-//! evaluation (`correlator eval`): a server answering in 50 µs at a fixed
+//! evaluation (`correlator-testkit eval`): a server answering in 50 µs at a fixed
 //! rate (or a sweep of rates), with stalls, off-CPU intervals, per-thread
 //! accounts and kernel events placed by the caller.
 

@@ -1,4 +1,4 @@
-//! `correlator watch-memcheck` (hidden): watch's flight recorder fed by a
+//! `correlator-testkit watch-memcheck`: watch's flight recorder fed by a
 //! synthetic stream instead of the probes, on a simulated clock, as fast
 //! as it goes: `--rate` requests per simulated second (with the kernel
 //! records a busy server produces: a bucket of counts per bucket width, an
@@ -45,7 +45,7 @@ pub struct WatchBenchArgs {
     pub report_every: Duration,
     #[arg(long)]
     pub out: PathBuf,
-    #[arg(long, default_value = "200MiB", value_parser = crate::cli::args::parse_bytes)]
+    #[arg(long, default_value = "200MiB", value_parser = crate::memory::parse_bytes)]
     pub max_disk: u64,
 }
 

@@ -1,5 +1,5 @@
 //! A helper target that does known work, for ground-truth tests of the
-//! probes (hidden subcommand `correlator workload`).
+//! probes (`correlator-testkit workload`).
 //!
 //! It says `ready` on stderr and waits for a line on stdin (so a recorder
 //! can attach first), does the work it was asked for, prints its own

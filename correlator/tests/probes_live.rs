@@ -161,6 +161,14 @@ live_test! {
 /// bpftrace's count of the same interrupts: local timer ticks and the
 /// TIMER (1), SCHED (7) and RCU (9) softirqs that ran while `pid` was the
 /// CPU's current task, the same rule correlator's probes count by.
+/// Interrupts two tools may see differently at the edges of their attach
+/// windows: the spinner is current on CPU 1 from its go line to its exit,
+/// and the two tools stop seeing it as the target at moments a few µs
+/// apart (ours when the thread exits, bpftrace when it is switched out for
+/// the last time), far less than a tick: at most one interrupt of a kind
+/// at each end. (A new machine's run: ours 2,488 ticks, bpftrace 2,487.)
+const EDGE_EVENTS: u64 = 2;
+
 const IRQ_BT: &str = r#"
 tracepoint:irq_vectors:local_timer_entry /pid == $1/ { @local_timer = count(); }
 tracepoint:irq:softirq_exit /pid == $1 && (args->vec == 1 || args->vec == 7 || args->vec == 9)/ {
@@ -211,7 +219,13 @@ live_test! {
             bt_timer >= 100,
             "bpftrace saw the spinner's ticks ({bt_timer}): {maps:?}"
         );
-        assert_eq!(ours, bt_timer, "local timer ticks: ours vs bpftrace");
+        eprintln!(
+            "allowed: {EDGE_EVENTS} interrupts of each kind at the edges of the two tools' windows"
+        );
+        assert!(
+            ours.abs_diff(bt_timer) <= EDGE_EVENTS,
+            "local timer ticks: ours {ours} vs bpftrace {bt_timer}, more apart than the {EDGE_EVENTS} the windows' edges allow"
+        );
         assert!(run.durations.hardirq_ns > 0);
         let soft_kernel: u64 = soft_after
             .iter()
@@ -230,7 +244,10 @@ live_test! {
             soft_ours <= soft_kernel,
             "ours {soft_ours} > kernel {soft_kernel}"
         );
-        assert_eq!(soft_ours, soft_bt, "softirqs: ours vs bpftrace");
+        assert!(
+            soft_ours.abs_diff(soft_bt) <= EDGE_EVENTS,
+            "softirqs: ours {soft_ours} vs bpftrace {soft_bt}, more apart than the {EDGE_EVENTS} the windows' edges allow"
+        );
     }
 }
 
@@ -481,7 +498,25 @@ live_test! {
         // more steal than the spinner lost: one stall is not booked twice.
         let steps: Vec<(u64, u64)> =
             serde_json::from_value(spin["steps"].clone()).expect("spin steps");
-        assert!(steps.len() < 100_000, "every step listed ({})", steps.len());
+        // The workload lists its first 100,000 steps (its own cap; a new
+        // machine's host made more than that in 20 s): the steal checks
+        // cover the part of the loop its list covers, said here.
+        let all_steps = spin["gaps"].as_u64().expect("gaps");
+        let listed_until = if (steps.len() as u64) < all_steps {
+            steps.last().map_or(0, |s| s.1)
+        } else {
+            u64::MAX
+        };
+        eprintln!(
+            "{} of the spinner's {all_steps} steps of 1 µs or more listed{}",
+            steps.len(),
+            if listed_until == u64::MAX {
+                String::new()
+            } else {
+                " (the workload's cap): steal checked over the part of the loop they cover".into()
+            }
+        );
+        assert!(!steps.is_empty(), "the spinner listed its steps");
         // A step counts whole when it ends in the window or spans it: the
         // host writes a vCPU's steal when it runs it again, so a stall's
         // steal comes at its end, however long ago it started (fresh60:
@@ -499,7 +534,7 @@ live_test! {
         // after it wrote its report (40,000 steps of JSON), unwatched.
         let (spin_start, spin_end) = (
             spin["start_ns"].as_u64().expect("start_ns"),
-            spin["end_ns"].as_u64().expect("end_ns"),
+            spin["end_ns"].as_u64().expect("end_ns").min(listed_until),
         );
         let inside = |epoch: u64| epoch * bucket >= spin_start && (epoch + 1) * bucket <= spin_end;
         let stray: u64 = run

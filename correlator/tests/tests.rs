@@ -11,12 +11,22 @@
 /// (`host::measure`). `once fn` is for a test that needs one attempt
 /// whatever the host did: its command re-measures disturbed runs itself
 /// (the demo), or the host's stalls are what it measures.
+///
+/// `full fn` / `full once fn` put a test in the full tier (`cargo xtask
+/// test --full`, README): it is `#[ignore]`d in the fast tier, which
+/// covers the same kind of live situation with another test.
 macro_rules! live_test {
     ($(#[$meta:meta])* fn $name:ident() $body:block) => {
         live_test!(@attempts measure, $(#[$meta])* $name, $body);
     };
     ($(#[$meta:meta])* once fn $name:ident() $body:block) => {
         live_test!(@attempts measure_once, $(#[$meta])* $name, $body);
+    };
+    ($(#[$meta:meta])* full fn $name:ident() $body:block) => {
+        live_test!(@attempts measure, $(#[$meta])* #[ignore = "full tier: cargo xtask test --full"] $name, $body);
+    };
+    ($(#[$meta:meta])* full once fn $name:ident() $body:block) => {
+        live_test!(@attempts measure_once, $(#[$meta])* #[ignore = "full tier: cargo xtask test --full"] $name, $body);
     };
     (@attempts $how:ident, $(#[$meta:meta])* $name:ident, $body:block) => {
         $(#[$meta])*

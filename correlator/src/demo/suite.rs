@@ -237,10 +237,14 @@ fn attempt(exe: &PathBuf, s: Scenario, opts: &SuiteOptions) -> Result<Outcome> {
     // A clean baseline may still spike for reasons nobody injected and
     // outside the server: the hypervisor taking the CPU, the load
     // generator sending late. Naming those, measured, is not inventing a
-    // cause; naming any server cause is.
-    let environment = s == Scenario::None && detected_cause.is_some_and(|c| !c.is_server());
-    let correct = environment
-        || (detected_signature == expected_signature && detected_cause == expected_cause);
+    // cause; naming any server cause is, first or behind an environment
+    // cause (only the first was judged once, so a baseline with an
+    // invented server cause behind steal counted as right).
+    let correct = if s == Scenario::None {
+        !c.causes.iter().any(|c| c.cause.is_server())
+    } else {
+        detected_signature == expected_signature && detected_cause == expected_cause
+    };
     let explained = if report.episodes.is_empty() {
         0.0
     } else {

@@ -278,17 +278,21 @@ pub enum Estimate {
 /// The relative change B vs A in percent, by `estimate`: for the
 /// Hodges-Lehmann ratio `a` and `b` hold the values' logarithms; `pairs`
 /// is scratch space.
-fn change_of(a: &[f64], b: &[f64], estimate: Estimate, pairs: &mut Vec<f64>) -> f64 {
+/// The relative change from `a` to `b` by `estimate`. Reorders `a` and
+/// `b` (medians by selection, not a sort: a bootstrap of 10,000 resamples
+/// of 20,000 values sorted each one, 5-8 s for `compare`).
+fn change_of(a: &mut [f64], b: &mut [f64], estimate: Estimate, pairs: &mut Vec<f64>) -> f64 {
     match estimate {
         Estimate::Medians => {
-            let (ma, mb) = (median(a), median(b));
+            let (ma, mb) = (median_in_place(a), median_in_place(b));
             (mb - ma) / ma * 100.0
         }
         Estimate::HodgesLehmann => {
-            if a.iter().chain(b).any(|x| x.is_nan()) {
+            if a.iter().chain(b.iter()).any(|x| x.is_nan()) {
                 return f64::NAN;
             }
             pairs.clear();
+            let b: &[f64] = b;
             pairs.extend(a.iter().flat_map(|la| b.iter().map(move |lb| lb - la)));
             (median_in_place(pairs).exp() - 1.0) * 100.0
         }
@@ -338,8 +342,14 @@ pub fn bootstrap_change_of(
         }
     };
     let (a, b) = (prepare(a), prepare(b));
-    let mut pairs = Vec::with_capacity(a.len() * b.len());
-    let change_pct = change_of(&a, &b, estimate, &mut pairs);
+    // Every pair's difference, for the Hodges-Lehmann estimate only (two
+    // samples of 20,000 would reserve 3.2 GB for medians that need none).
+    let mut pairs = match estimate {
+        Estimate::HodgesLehmann => Vec::with_capacity(a.len() * b.len()),
+        Estimate::Medians => Vec::new(),
+    };
+    // On copies: the resamples below draw from `a` and `b` in their order.
+    let change_pct = change_of(&mut a.clone(), &mut b.clone(), estimate, &mut pairs);
     let mut rng = Rng::new(seed);
     let mut buf_a = vec![0.0; a.len()];
     let mut buf_b = vec![0.0; b.len()];
@@ -351,7 +361,7 @@ pub fn bootstrap_change_of(
             for x in buf_b.iter_mut() {
                 *x = b[rng.below(b.len())];
             }
-            change_of(&buf_a, &buf_b, estimate, &mut pairs)
+            change_of(&mut buf_a, &mut buf_b, estimate, &mut pairs)
         })
         .collect();
     let total = changes.len();

@@ -163,7 +163,7 @@ fn assert_confirmed(report: &Value, cause: &str, knob_prefix: &str, took: Durati
 }
 
 live_test! {
-    fn softirq_steered_to_the_server_is_confirmed_by_steering_it_away() {
+    full fn softirq_steered_to_the_server_is_confirmed_by_steering_it_away() {
         let dir = scratch("confirm-softirq");
         let _rps = Rps::steer_lo_to("2");
         let (report, _, _, took) = run_confirm("softirq", false, &["--confirm", "1"], &dir);
@@ -173,7 +173,7 @@ live_test! {
 }
 
 live_test! {
-    fn migrations_the_server_makes_itself_are_confirmed_by_a_cpuset() {
+    full fn migrations_the_server_makes_itself_are_confirmed_by_a_cpuset() {
         let dir = scratch("confirm-migrations");
         let (report, _, _, took) = run_confirm("migrations", false, &["--confirm", "1"], &dir);
         assert_confirmed(&report, "migrations", "cpuset=", took);
@@ -190,7 +190,7 @@ live_test! {
     /// A sleeping process on the other CPU, offered as a candidate and
     /// allowed to be stopped: stopping it changes nothing, so it is
     /// refuted or inconclusive, never confirmed.
-    fn a_harmless_decoy_is_never_confirmed() {
+    full fn a_harmless_decoy_is_never_confirmed() {
         let dir = scratch("confirm-decoy");
         let decoy = Proc(
             Command::new("taskset")
@@ -228,7 +228,7 @@ live_test! {
 }
 
 live_test! {
-    fn preemption_by_a_hog_is_confirmed_when_stopping_it_is_allowed() {
+    full fn preemption_by_a_hog_is_confirmed_when_stopping_it_is_allowed() {
         let dir = scratch("confirm-allowed");
         let (report, hog_pid, stopped, took) =
             run_confirm("none", true, &["--confirm", "1", "--allow-stop", "demo-hog"], &dir);
@@ -243,7 +243,7 @@ live_test! {
 }
 
 live_test! {
-    fn without_allow_stop_no_process_is_stopped() {
+    full fn without_allow_stop_no_process_is_stopped() {
         let dir = scratch("confirm-denied");
         let (report, _, stopped, _) = run_confirm("none", true, &["--confirm", "1"], &dir);
         assert!(!stopped, "the hog was stopped without --allow-stop");

@@ -95,7 +95,7 @@ live_test! {
 }
 
 live_test! {
-    fn aa_experiment_finds_no_difference() {
+    full fn aa_experiment_finds_no_difference() {
         let dir = scratch("exp-aa");
         let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
         // α = 0.01 (0.005 per percentile after Bonferroni): an A/A test is
@@ -184,7 +184,7 @@ live_test! {
 }
 
 live_test! {
-    fn ctrl_c_and_sigterm_restore() {
+    full fn ctrl_c_and_sigterm_restore() {
         for sig in [libc::SIGINT, libc::SIGTERM] {
             let dir = scratch(&format!("exp-sig{sig}"));
             let state = dir.join("state.json");
@@ -208,7 +208,7 @@ live_test! {
 live_test! {
     /// Error path: the target dies during a B repetition; the experiment fails
     /// with a clear message and the knob (a stopped neighbour) is restored.
-    fn target_death_restores_the_knob() {
+    full fn target_death_restores_the_knob() {
         let dir = scratch("exp-death");
         let state = dir.join("state.json");
         let (mut server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
@@ -266,7 +266,7 @@ live_test! {
     /// changes (a failpoint aborts there): nothing changed, and --restore
     /// leaves the server as it was (restoring the recorded original is
     /// harmless when the change never happened).
-    fn killed_between_state_write_and_change_then_restore_leaves_the_system_as_it_was() {
+    full fn killed_between_state_write_and_change_then_restore_leaves_the_system_as_it_was() {
         let dir = scratch("exp-failpoint");
         let state = dir.join("state.json");
         let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);

@@ -13,7 +13,7 @@ use crate::util::{
 };
 
 live_test! {
-    fn periodic_job_and_sporadic_hog_are_two_families() {
+    full fn periodic_job_and_sporadic_hog_are_two_families() {
         let dir = scratch("families-mix");
         let (server, addr) =
             demo_server(&["--scenario", "periodic", "--cpu", "1", "--injector-cpu", "0"]);
@@ -44,7 +44,7 @@ live_test! {
 live_test! {
     /// A periodic job that skips a third of its cycles, among the VM's own
     /// small stalls: periodic, at its period.
-    fn periodic_job_skipping_cycles_is_periodic() {
+    full fn periodic_job_skipping_cycles_is_periodic() {
         let dir = scratch("families-skip");
         let events = dir.join("events.jsonl");
         let (server, addr) = crate::util::helper_server(
@@ -120,7 +120,7 @@ live_test! {
     /// (150 µs per request: about 6,600 req/s): queueing, load-correlated
     /// by the spike share's rank correlation with the arrival rate, second
     /// by second, although the overload is one or two long episodes.
-    fn passive_recording_of_a_rising_client_is_load_correlated_queueing() {
+    full fn passive_recording_of_a_rising_client_is_load_correlated_queueing() {
         let dir = scratch("families-passive-steps");
         let (server, addr) = demo_server(&["--scenario", "load", "--cpu", "1"]);
         let run = dir.join("steps.run");

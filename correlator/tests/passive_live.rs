@@ -139,7 +139,7 @@ live_test! {
 live_test! {
     /// The same without the syscall hooks: requests paired at the socket
     /// layer's tracepoints (`watch`'s default).
-    fn socket_tracepoints_count_redis_requests() {
+    full fn socket_tracepoints_count_redis_requests() {
         count_redis_requests(
             "socket_tracepoints_count_redis_requests",
             "passive-redis-sockets",
@@ -241,7 +241,7 @@ live_test! {
 }
 
 live_test! {
-    fn syscalls_count_memcached_requests() {
+    full fn syscalls_count_memcached_requests() {
         let Some(memcached) = debian_binary("/usr/bin/memcached", "syscalls_count_memcached_requests")
         else {
             return;
@@ -282,7 +282,7 @@ live_test! {
     /// the server-side latency. Client episodes without a hold (a VM hiccup
     /// while the server sat idle) are invisible server-side by construction,
     /// so they are not counted.
-    fn syscalls_see_the_injected_stalls() {
+    full fn syscalls_see_the_injected_stalls() {
         let dir = scratch("passive-stall-events");
         let log = dir.join("events.jsonl");
         let (server, addr) = demo_server(&[
@@ -393,7 +393,7 @@ live_test! {
     /// Every call counted; each timed between the function's own body time and
     /// the caller's time around the call, whose difference is the probe's
     /// measured cost per call.
-    fn uprobe_counts_and_times_calls() {
+    full fn uprobe_counts_and_times_calls() {
         let (calls, server) = workload_calls(&[], "uprobe");
         let body = calls["body_p50_ns"].as_u64().expect("body");
         let around = calls["around_p50_ns"].as_u64().expect("around");

@@ -27,7 +27,7 @@ fn wait_rusage(child: std::process::Child) -> (bool, i64) {
 }
 
 live_test! {
-    fn trace_of_a_long_fast_run_decodes_with_the_official_schema() {
+    full fn trace_of_a_long_fast_run_decodes_with_the_official_schema() {
         let Some(python) = crate::util::debian_binary(VENV_PYTHON, "perfetto trace test") else {
             return;
         };

@@ -126,7 +126,7 @@ live_test! {
 }
 
 live_test! {
-    fn thread_created_after_attach_is_counted() {
+    full fn thread_created_after_attach_is_counted() {
         let dir = scratch("newthread");
         let mut work = Workload::spawn(&[
             "--minor-faults",
@@ -292,7 +292,7 @@ live_test! {
     /// A ring buffer of one page cannot hold 100 ms of records of a thread that
     /// sleeps 1 ms at a time: the kernel must count what it could not deliver,
     /// and delivered + lost must add up to the switches that produced records.
-    fn ring_overflow_is_counted_as_lost() {
+    full fn ring_overflow_is_counted_as_lost() {
         let dir = scratch("overflow");
         let mut work = Workload::spawn(&["--sleeps", "600"]);
         let rec = Recorder::start(
@@ -341,7 +341,7 @@ live_test! {
     /// With --follow-children, a process the target forks after attach is
     /// watched too: its faults are in the totals, matching the kernel's perf
     /// counter (which is inherited across fork).
-    fn follow_children_counts_a_forked_child() {
+    full fn follow_children_counts_a_forked_child() {
         let dir = scratch("children");
         let mut work = Workload::spawn(&["--minor-faults", "2500", "--in-child-process"]);
         let mut kernel = KernelCounts::open(work.pid());

@@ -40,7 +40,7 @@ fn causes(r: &Value) -> Vec<String> {
 }
 
 live_test! {
-    fn periodic_page_fault_bursts_are_named() {
+    full fn periodic_page_fault_bursts_are_named() {
         let dir = scratch("run-periodic");
         let (server, addr) =
             demo_server(&["--scenario", "periodic", "--period", "300ms", "--cpu", "1"]);
@@ -112,7 +112,7 @@ live_test! {
 }
 
 live_test! {
-    fn cpu_hog_on_the_servers_cpu_is_named() {
+    full fn cpu_hog_on_the_servers_cpu_is_named() {
         let dir = scratch("run-hog");
         let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
         let _hog = Proc(

@@ -163,7 +163,7 @@ fn check(mode: &str, every: &str, hold: &str, cause: &str, function: &str) {
 }
 
 live_test! {
-    fn periodic_fault_burst_is_named_with_its_share() {
+    full fn periodic_fault_burst_is_named_with_its_share() {
         check("fault", "300ms", "15ms", "page_faults", "fault_burst");
     }
 }
@@ -175,13 +175,13 @@ live_test! {
     /// Every ~250 ms: at ~500 ms the host's steal (54%) and the generator's
     /// late requests left the stall 26% of the episode time in fresh71,
     /// too little for the share to be a test.
-    fn rare_busy_stall_is_named_with_its_share() {
+    full fn rare_busy_stall_is_named_with_its_share() {
         check("stall", "250ms", "40ms", "on_cpu", "rare_stall");
     }
 }
 
 live_test! {
-    fn futex_wait_is_named_with_its_share() {
+    full fn futex_wait_is_named_with_its_share() {
         check("lock", "500ms", "15ms", "blocking", "wait_for_lock");
     }
 }

@@ -103,7 +103,7 @@ live_test! {
     /// helper's /dev/zero reads, times the sample period, against the
     /// helper's CPU time for the batch (nearly all of it kernel time in
     /// read): within 5% + four Poisson standard errors of the sample count.
-    fn sampled_syscall_time_matches_the_helpers_own_timing() {
+    full fn sampled_syscall_time_matches_the_helpers_own_timing() {
         let (phases, run) = record_with(
             "sys-time-sampled",
             &["--zero-reads", "8000", "--fork-mib", "512"],
@@ -204,7 +204,7 @@ fn main_thread_samples(run: &RunFile, p: &Phase) -> (u64, u64) {
 live_test! {
     /// fork() of a process with 512 MiB resident: the clone syscall's time
     /// against the helper's wall time around fork(), within 10%.
-    fn fork_time_is_the_clone_syscalls() {
+    full fn fork_time_is_the_clone_syscalls() {
         let (phases, run) = record("fork", &["--fork-mib", "512"]);
         let fork = phase(&phases, "fork");
         let truth = fork.end_ns - fork.start_ns;
@@ -312,7 +312,7 @@ live_test! {
 live_test! {
     /// Wait sites without the syscall hooks: the syscall read from the
     /// registers the thread saved entering the kernel, at its switch-out.
-    fn wait_sites_are_classified_from_saved_registers() {
+    full fn wait_sites_are_classified_from_saved_registers() {
         check_wait_sites("wait-sites-sampled", &["--syscall-time", "sampled"]);
         }
 }
@@ -351,7 +351,7 @@ live_test! {
     /// the threads; a fixed 1% allowance failed three of them. And the
     /// spins are not fcntl's own work: its
     /// kernel time splits exactly into the two.
-    fn kernel_spin_time_matches_bpftrace() {
+    full fn kernel_spin_time_matches_bpftrace() {
         let dir = scratch("spin");
         let mut work = Workload::spawn(&["--contend-ms", "2000"]);
         let bt = Bpftrace::start(SPIN_BT, &[work.pid().to_string()], &dir);

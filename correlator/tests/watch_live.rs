@@ -300,7 +300,7 @@ live_test! {
     /// A periodic fault burst inside request handling (the path server's:
     /// the demo server's sweep runs between requests, where server-side
     /// latency cannot see it; only a client can).
-    fn watch_reports_a_periodic_cause() {
+    full fn watch_reports_a_periodic_cause() {
         let o = watch_scenario(Server::PeriodicFaults, |_| {});
         let report = check(&o, "page_faults");
         assert_eq!(report["classification"]["signature"], "periodic");
@@ -445,14 +445,14 @@ fn follows_a_restarted_server(selector: Selector) {
 }
 live_test! {
     /// `--comm`: found by its name.
-    fn watch_follows_a_restarted_server() {
+    full fn watch_follows_a_restarted_server() {
         follows_a_restarted_server(Selector::Comm);
     }
 }
 
 live_test! {
     /// `--cgroup`: found in its cgroup (as a systemd service's would be).
-    fn watch_follows_a_restarted_server_by_cgroup() {
+    full fn watch_follows_a_restarted_server_by_cgroup() {
         follows_a_restarted_server(Selector::Cgroup(TestCgroup::new("correlator-watch-test")));
     }
 }
@@ -460,7 +460,7 @@ live_test! {
 live_test! {
     /// SIGTERM while a trigger waits out `--after`: watch stops at once and
     /// writes that report from what it captured.
-    fn sigterm_with_a_pending_trigger_writes_its_report() {
+    full fn sigterm_with_a_pending_trigger_writes_its_report() {
         let dir = scratch("watch-sigterm");
         let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1", "--injector-cpu", "0"]);
         let _load = external_load(&addr, 30);
@@ -556,6 +556,7 @@ impl Prometheus {
 /// resident memory at the end is within 10% of the one after 2 minutes,
 /// and the report directory stays within --max-disk.
 #[test]
+#[ignore = "full tier: cargo xtask test --full"]
 fn watch_memory_is_bounded_by_its_window() {
     let dir = scratch("watch-memcheck");
     let out = Command::new(TESTKIT)

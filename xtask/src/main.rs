@@ -118,8 +118,18 @@ fn test(full: bool) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
-    // One test at a time: live tests measure a shared 2-core machine and
-    // must not perturb each other.
+    // Unit tests (the library's, the binaries', xtask's) measure nothing
+    // live: both CPUs.
+    run(cargo().args([
+        "test",
+        "--release",
+        "--features",
+        "correlator/testkit",
+        "--lib",
+        "--bins",
+    ]))?;
+    // The integration tests one at a time: live tests measure a shared
+    // 2-core machine and must not perturb each other.
     let remeasured = workspace_root().join("target/tmp/host-remeasured.txt");
     let times = workspace_root().join("target/tmp/live-times.txt");
     let _ = std::fs::remove_file(&remeasured);
@@ -129,6 +139,8 @@ fn test(full: bool) -> Result<()> {
         "--release",
         "--features",
         "correlator/testkit",
+        "--test",
+        "tests",
         "--",
         "--test-threads=1",
     ];

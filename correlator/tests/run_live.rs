@@ -40,7 +40,7 @@ fn causes(r: &Value) -> Vec<String> {
 }
 
 live_test! {
-    full fn periodic_page_fault_bursts_are_named() {
+    fn periodic_page_fault_bursts_are_named() {
         let dir = scratch("run-periodic");
         let (server, addr) =
             demo_server(&["--scenario", "periodic", "--period", "300ms", "--cpu", "1"]);

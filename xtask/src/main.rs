@@ -158,7 +158,9 @@ fn test(full: bool) -> Result<()> {
         );
     }
     tests?;
-    eval()?;
+    // The testkit the integration tests just built (a `cargo build -p
+    // correlator` of it would unify features differently and rebuild).
+    eval_with(&workspace_root().join("target/release/correlator-testkit"))?;
     eprintln!(
         "xtask: test ({} tier) took {:.1} min in all",
         if full { "full" } else { "fast" },
@@ -203,8 +205,11 @@ fn print_times(path: &Path, tier: &str) {
 
 /// `correlator-testkit eval` on 200 synthetic runs (see harness/eval.rs).
 fn eval() -> Result<()> {
-    let bin = build_release()?;
-    run(Command::new(bin).args(["eval", "--runs", "200"]))
+    eval_with(&build_testkit()?)
+}
+
+fn eval_with(testkit: &Path) -> Result<()> {
+    run(Command::new(testkit).args(["eval", "--runs", "200"]))
 }
 
 fn demo() -> Result<()> {

@@ -623,6 +623,48 @@ mod tests {
         assert_eq!(judge(&planned(-40.0), true, &t).0, Outcome::Refuted);
     }
 
+    /// The decoy guard can fail: a confirmation's experiment on a knob
+    /// that changes nothing (simulated A/A repetitions under the design
+    /// `run_one` uses: up to 20 per arm, p99 deciding, the A/A floor as the
+    /// minimum change) still reads an improvement now and then, at about
+    /// α's lower half; each such one would be confirmed by the experiment
+    /// alone, and is not because the account predicts no change.
+    #[test]
+    fn the_experiment_alone_fires_on_a_null_knob_and_the_prediction_stops_it() {
+        let design = Reps::Auto { max: MAX_REPS }.design_for(0.05, 1);
+        let decoy = Planned {
+            cause: None,
+            ..planned(0.0)
+        };
+        let unpredicted = Planned {
+            expected_change_pct: None,
+            ..decoy.clone()
+        };
+        let runs: u32 = 150;
+        let mut fired: u32 = 0;
+        for i in 0..runs {
+            let seed = 7000 + u64::from(i);
+            let (look, _) = experiment::simulate_with(&design, 1.0, seed, None, Some(99.0));
+            let t = look
+                .tests
+                .iter()
+                .find(|t| t.percentile == 99.0)
+                .expect("p99 tested");
+            assert_ne!(judge(&decoy, true, t).0, Outcome::Confirmed, "{t:?}");
+            if t.finding == Finding::Improvement {
+                fired += 1;
+                assert_eq!(judge(&unpredicted, true, t).0, Outcome::Confirmed);
+            }
+        }
+        let rate = f64::from(fired) / f64::from(runs);
+        eprintln!("null knob read as an improvement in {fired} of {runs} simulated experiments");
+        assert!(
+            fired > 0,
+            "the experiment alone never fired: the guard is untested"
+        );
+        assert!(rate <= 0.05, "improvements on a null knob: {rate}");
+    }
+
     #[test]
     fn an_improvement_the_account_gives_no_share_does_not_confirm() {
         // fresh89's decoy: a sleeping process on the other CPU, offered to

@@ -57,7 +57,7 @@ fn affinity(pid: u32) -> String {
 }
 
 live_test! {
-    fn stopping_a_cpu_hog_improves_p99() {
+    full fn stopping_a_cpu_hog_improves_p99() {
         let dir = scratch("exp-stop");
         let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
         let hog = Proc(

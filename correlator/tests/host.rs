@@ -40,9 +40,9 @@ const MAX_GAP_NS: u64 = 10_000_000;
 /// How long one test waits for quiet at most.
 const WAIT_PER_TEST: Duration = Duration::from_secs(180);
 /// How long the whole suite waits for quiet and re-measures disturbed
-/// attempts at most. CI has 90 minutes: the suite itself takes about 30
-/// (35 in a noisy hour) and building and the other steps about 8, so
-/// this keeps the worst case near 75.
+/// attempts at most. CI has 90 minutes: the fast tier's tests take about
+/// 13 (the full tier's about 50) and set-up, building and the other steps
+/// about 9, so this keeps CI's worst case near 50.
 const WAIT_PER_SUITE: Duration = Duration::from_secs(30 * 60);
 /// Quiet probes in a row, 3 s apart, before a test starts: one quiet
 /// second can be a lull inside a burst (bursts here last 20-60 s with

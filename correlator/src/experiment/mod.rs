@@ -952,6 +952,48 @@ pub fn html(r: &ExperimentResult) -> String {
     )
 }
 
+/// Synthetic repetitions: per-rep p50/p99/p99.9 normal around 100 µs,
+/// 1 ms, 3 ms with a 10/15/20% spread; B scaled by `factor`; judged by
+/// [`judge_look`] at each of the design's looks until one stops. For the
+/// simulations of the tests here and in `confirm`.
+#[cfg(test)]
+pub(crate) fn simulate_with(
+    design: &Design,
+    factor: f64,
+    seed: u64,
+    min_change_pct: Option<f64>,
+    decide_on: Option<f64>,
+) -> (Look, usize) {
+    let mut rng = stats::Rng::new(seed);
+    let mut normal = move |mean: f64, cv: f64| {
+        let u1 = rng.unit().max(1e-300);
+        let u2 = rng.unit();
+        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+        (mean * (1.0 + cv * z)).max(1.0) as u64
+    };
+    let mut reps = Vec::new();
+    for k in 0..design.looks.len() {
+        while reps.len() / 2 < design.looks[k] {
+            for (arm, f) in [(Arm::A, 1.0), (Arm::B, factor)] {
+                reps.push(Rep {
+                    arm,
+                    count: 10_000,
+                    p50_ns: Some((normal(100_000.0, 0.10) as f64 * f) as u64),
+                    p99_ns: Some((normal(1_000_000.0, 0.15) as f64 * f) as u64),
+                    p999_ns: Some((normal(3_000_000.0, 0.20) as f64 * f) as u64),
+                    host_share: None,
+                    repeated: false,
+                });
+            }
+        }
+        let look = judge_look(&reps, design, k, min_change_pct, seed, decide_on);
+        if look.stop.is_some() {
+            return (look, k);
+        }
+    }
+    unreachable!("the last look always stops")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1141,37 +1183,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// Synthetic repetitions: per-rep p50/p99/p99.9 normal around 100 µs,
-    /// 1 ms, 3 ms with a 10/15/20% spread; B scaled by `factor`.
     fn simulate(design: &Design, factor: f64, seed: u64) -> (Look, usize) {
-        let mut rng = stats::Rng::new(seed);
-        let mut normal = move |mean: f64, cv: f64| {
-            let u1 = rng.unit().max(1e-300);
-            let u2 = rng.unit();
-            let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-            (mean * (1.0 + cv * z)).max(1.0) as u64
-        };
-        let mut reps = Vec::new();
-        for k in 0..design.looks.len() {
-            while reps.len() / 2 < design.looks[k] {
-                for (arm, f) in [(Arm::A, 1.0), (Arm::B, factor)] {
-                    reps.push(Rep {
-                        arm,
-                        count: 10_000,
-                        p50_ns: Some((normal(100_000.0, 0.10) as f64 * f) as u64),
-                        p99_ns: Some((normal(1_000_000.0, 0.15) as f64 * f) as u64),
-                        p999_ns: Some((normal(3_000_000.0, 0.20) as f64 * f) as u64),
-                        host_share: None,
-                        repeated: false,
-                    });
-                }
-            }
-            let look = judge_look(&reps, design, k, Some(0.0), seed, None);
-            if look.stop.is_some() {
-                return (look, k);
-            }
-        }
-        unreachable!("the last look always stops")
+        simulate_with(design, factor, seed, Some(0.0), None)
     }
 
     /// 200 simulated A/A experiments with `--reps auto` (looks at 5, 10,

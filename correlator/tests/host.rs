@@ -216,12 +216,12 @@ fn host_share(before: &[Ticks], after: &[Ticks]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Appends a discarded attempt to `host-remeasured.txt` in the tests'
-/// scratch directory: a passing test's output is captured, and `cargo
-/// xtask test` prints this file after the suite.
-fn record_discarded(line: &str) {
+/// Appends `line` to `file` in the tests' scratch directory: a passing
+/// test's output is captured, and `cargo xtask test` prints these files
+/// after the suite.
+fn append_line(file: &str, line: &str) {
     use std::io::Write as _;
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("host-remeasured.txt");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(file);
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -229,6 +229,11 @@ fn record_discarded(line: &str) {
     {
         let _ = writeln!(f, "{line}");
     }
+}
+
+/// A discarded attempt, in `host-remeasured.txt`.
+fn record_discarded(line: &str) {
+    append_line("host-remeasured.txt", line);
 }
 
 /// Runs a live test's `body` on a quiet host and measures it again while
@@ -310,24 +315,15 @@ fn worst_window(samples: &[(Instant, Vec<Ticks>)], span: Duration) -> f64 {
     worst
 }
 
-/// Appends the test's wall time (waits for quiet and discarded attempts
-/// included) to `live-times.txt` in the tests' scratch directory: `cargo
-/// xtask test` prints every live test's time, the tier's total and the
-/// slowest ten from it.
+/// The test's wall time (waits for quiet and discarded attempts
+/// included), in `live-times.txt`: `cargo xtask test` prints every live
+/// test's time, the tier's total and the slowest ten from it.
 fn record_time(test: &str, took: Duration, attempts: u32, outcome: &str) {
-    use std::io::Write as _;
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-times.txt");
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = writeln!(
-            f,
-            "{test}\t{:.1}\t{attempts}\t{outcome}",
-            took.as_secs_f64()
-        );
-    }
+    let secs = took.as_secs_f64();
+    append_line(
+        "live-times.txt",
+        &format!("{test}\t{secs:.1}\t{attempts}\t{outcome}"),
+    );
 }
 
 fn attempts(test: &str, max: u32, rule: Rule, body: impl Fn()) {

@@ -158,9 +158,6 @@ live_test! {
     }
 }
 
-/// bpftrace's count of the same interrupts: local timer ticks and the
-/// TIMER (1), SCHED (7) and RCU (9) softirqs that ran while `pid` was the
-/// CPU's current task, the same rule correlator's probes count by.
 /// Interrupts two tools may see differently at the edges of their attach
 /// windows: the spinner is current on CPU 1 from its go line to its exit,
 /// and the two tools stop seeing it as the target at moments a few µs
@@ -169,6 +166,9 @@ live_test! {
 /// at each end. (A new machine's run: ours 2,488 ticks, bpftrace 2,487.)
 const EDGE_EVENTS: u64 = 2;
 
+/// bpftrace's count of the same interrupts: local timer ticks and the
+/// TIMER (1), SCHED (7) and RCU (9) softirqs that ran while `pid` was the
+/// CPU's current task, the same rule correlator's probes count by.
 const IRQ_BT: &str = r#"
 tracepoint:irq_vectors:local_timer_entry /pid == $1/ { @local_timer = count(); }
 tracepoint:irq:softirq_exit /pid == $1 && (args->vec == 1 || args->vec == 7 || args->vec == 9)/ {
@@ -180,7 +180,8 @@ live_test! {
     /// A busy spin pinned to CPU 1 takes the local timer interrupt at HZ and
     /// the softirqs the tick raises. Ours must equal bpftrace's count of
     /// the interrupts that ran while the spinner was current (an outside
-    /// implementation of the same rule), and never exceed /proc/interrupts'
+    /// implementation of the same rule) up to the [`EDGE_EVENTS`] the
+    /// edges of the two attach windows allow, and never exceed /proc/interrupts'
     /// LOC and /proc/softirqs' deltas for CPU 1, which also count what ran
     /// while another task had the CPU or in ksoftirqd. (A floor of "the
     /// spinner's CPU share of the kernel's count" failed once in CI: a
@@ -502,18 +503,15 @@ live_test! {
         // machine's host made more than that in 20 s): the steal checks
         // cover the part of the loop its list covers, said here.
         let all_steps = spin["gaps"].as_u64().expect("gaps");
-        let listed_until = if (steps.len() as u64) < all_steps {
-            steps.last().map_or(0, |s| s.1)
-        } else {
-            u64::MAX
-        };
+        let capped = (steps.len() as u64) < all_steps;
+        let listed_until = steps.last().filter(|_| capped).map(|s| s.1);
         eprintln!(
             "{} of the spinner's {all_steps} steps of 1 µs or more listed{}",
             steps.len(),
-            if listed_until == u64::MAX {
-                String::new()
+            if capped {
+                " (the workload's cap): steal checked over the part of the loop they cover"
             } else {
-                " (the workload's cap): steal checked over the part of the loop they cover".into()
+                ""
             }
         );
         assert!(!steps.is_empty(), "the spinner listed its steps");
@@ -534,7 +532,10 @@ live_test! {
         // after it wrote its report (40,000 steps of JSON), unwatched.
         let (spin_start, spin_end) = (
             spin["start_ns"].as_u64().expect("start_ns"),
-            spin["end_ns"].as_u64().expect("end_ns").min(listed_until),
+            spin["end_ns"]
+                .as_u64()
+                .expect("end_ns")
+                .min(listed_until.unwrap_or(u64::MAX)),
         );
         let inside = |epoch: u64| epoch * bucket >= spin_start && (epoch + 1) * bucket <= spin_end;
         let stray: u64 = run

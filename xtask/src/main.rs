@@ -98,11 +98,17 @@ pub fn build_testkit() -> Result<PathBuf> {
         "--bin",
         "correlator-testkit",
     ]))?;
-    Ok(workspace_root().join("target/release/correlator-testkit"))
+    Ok(testkit_path())
+}
+
+/// Where cargo puts `correlator-testkit` in a release build.
+fn testkit_path() -> PathBuf {
+    workspace_root().join("target/release/correlator-testkit")
 }
 
 fn test(full: bool) -> Result<()> {
     let started = std::time::Instant::now();
+    let tier = if full { "full" } else { "fast" };
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     layers::run()?;
     run(cargo().args([
@@ -148,7 +154,7 @@ fn test(full: bool) -> Result<()> {
         args.push("--include-ignored");
     }
     let tests = run(cargo().args(&args));
-    print_times(&times, if full { "full" } else { "fast" });
+    print_times(&times, tier);
     // A passing test's output is captured: say here which live tests were
     // measured again because the host disturbed an attempt (tests/host.rs).
     if let Ok(text) = std::fs::read_to_string(&remeasured) {
@@ -160,10 +166,9 @@ fn test(full: bool) -> Result<()> {
     tests?;
     // The testkit the integration tests just built (a `cargo build -p
     // correlator` of it would unify features differently and rebuild).
-    eval_with(&workspace_root().join("target/release/correlator-testkit"))?;
+    eval_with(&testkit_path())?;
     eprintln!(
-        "xtask: test ({} tier) took {:.1} min in all",
-        if full { "full" } else { "fast" },
+        "xtask: test ({tier} tier) took {:.1} min in all",
         started.elapsed().as_secs_f64() / 60.0
     );
     Ok(())

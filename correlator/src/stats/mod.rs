@@ -277,10 +277,9 @@ pub enum Estimate {
 
 /// The relative change B vs A in percent, by `estimate`: for the
 /// Hodges-Lehmann ratio `a` and `b` hold the values' logarithms; `pairs`
-/// is scratch space.
-/// The relative change from `a` to `b` by `estimate`. Reorders `a` and
-/// `b` (medians by selection, not a sort: a bootstrap of 10,000 resamples
-/// of 20,000 values sorted each one, 5-8 s for `compare`).
+/// is scratch space. Reorders `a` and `b`: medians by selection, not a
+/// sort (a bootstrap of 10,000 resamples of 20,000 values sorted each
+/// one, 5-8 s for `compare`).
 fn change_of(a: &mut [f64], b: &mut [f64], estimate: Estimate, pairs: &mut Vec<f64>) -> f64 {
     match estimate {
         Estimate::Medians => {
@@ -288,11 +287,11 @@ fn change_of(a: &mut [f64], b: &mut [f64], estimate: Estimate, pairs: &mut Vec<f
             (mb - ma) / ma * 100.0
         }
         Estimate::HodgesLehmann => {
-            if a.iter().chain(b.iter()).any(|x| x.is_nan()) {
+            let (a, b): (&[f64], &[f64]) = (a, b);
+            if a.iter().chain(b).any(|x| x.is_nan()) {
                 return f64::NAN;
             }
             pairs.clear();
-            let b: &[f64] = b;
             pairs.extend(a.iter().flat_map(|la| b.iter().map(move |lb| lb - la)));
             (median_in_place(pairs).exp() - 1.0) * 100.0
         }

@@ -7,7 +7,7 @@
 //! ones below it; `cargo xtask layers` reads this list and checks every
 //! `crate::` path in `src/` against it (it runs in `cargo xtask test`):
 //!
-//! - utilities: clock, cpu, memory, stats, target
+//! - utilities: clock, columnar, cpu, memory, stats, target
 //! - models: timeline, latency
 //! - sources: probes, loadgen, symbols
 //! - run file: runfile, record
@@ -24,6 +24,7 @@
 pub mod analysis;
 pub mod cli;
 pub mod clock;
+pub mod columnar;
 pub mod confirm;
 pub mod cpu;
 pub mod demo;

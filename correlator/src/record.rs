@@ -16,7 +16,7 @@ use correlator_common::Counter;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::runfile::{Capture, Overhead, RunFile, StopReason};
+use crate::runfile::{Capture, Overhead, RunFile, StopReason, compact, journal};
 use crate::{
     clock,
     latency::passive::Passive,
@@ -70,6 +70,7 @@ pub fn record(opts: &RecordOptions) -> Result<RunFile> {
             done: None,
             bar,
             message: &event_message,
+            journal_to: Some(&opts.out),
         },
         || {},
     ))??;
@@ -93,7 +94,14 @@ pub struct Session<'a> {
     pub done: Option<Arc<AtomicBool>>,
     pub bar: Option<ProgressBar>,
     pub message: &'a dyn Fn(&Timeline) -> String,
+    /// The run file to write as the capture goes ([`journal`]), so a
+    /// recorder killed with SIGKILL leaves its run up to the last second.
+    /// The caller replaces it with the complete run at the end.
+    pub journal_to: Option<&'a std::path::Path>,
 }
+
+/// How often the journal gets a frame: what a kill can lose.
+const JOURNAL_EVERY: u32 = 10;
 
 /// Attaches, calls `attached`, then drains every 100 ms until the session
 /// ends, the process exits, or SIGINT / SIGTERM; detaches and returns
@@ -117,6 +125,23 @@ pub async fn capture(
     let mut timeline = Timeline::new(probes.bucket_ns(), cfg.max_records);
     let mut thread_names = std::collections::BTreeMap::new();
     target.thread_names(cfg.follow_children, &mut thread_names);
+    let mut journal = match session.journal_to {
+        Some(path) if !crate::runfile::is_json_export(path) => {
+            timeline.track_touched();
+            let start = compact::Start::new(
+                target.clone(),
+                cfg,
+                started_ns,
+                timeline.bucket_ns(),
+                thread_names.clone(),
+            );
+            Some(journal::Journal::create(path, start)?)
+        }
+        _ => None,
+    };
+    let mut ticks = 0u32;
+    // Server-side requests since the journal's last frame.
+    let mut journal_requests = Vec::new();
     eprintln!(
         "correlator: attached to PID {} ({}); recording for {} (Ctrl-C stops early)",
         target.pid,
@@ -141,7 +166,20 @@ pub async fn capture(
                 probes.drain(&mut timeline)?;
                 steal.sample(clock::monotonic_ns());
                 if let Some(p) = &mut passive {
-                    probes.drain_requests(|r| p.push(r));
+                    probes.drain_requests(|r| {
+                        if p.push(r) && journal.is_some() {
+                            journal_requests.push(compact::Request::from(r));
+                        }
+                    });
+                }
+                ticks += 1;
+                if let Some(j) = journal.as_mut().filter(|_| ticks.is_multiple_of(JOURNAL_EVERY)) {
+                    j.append(
+                        &mut timeline,
+                        steal.samples(),
+                        &mut journal_requests,
+                        clock::monotonic_ns(),
+                    )?;
                 }
                 if !target.is_alive() {
                     break StopReason::TargetExited;
@@ -189,7 +227,7 @@ pub async fn capture(
         StopReason::Interrupted => {
             notes.push(format!("recording was interrupted after {secs:.1} s"))
         }
-        StopReason::Duration | StopReason::Triggered => {}
+        StopReason::Duration | StopReason::Triggered | StopReason::Unfinished => {}
     }
     if crate::probes::floor_only_requested() {
         notes.push(

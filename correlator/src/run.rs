@@ -105,6 +105,7 @@ pub fn run(opts: RunOptions) -> Result<(RunFile, Report)> {
                 .progress
                 .then(|| record::progress_bar(opts.load.duration * phases)),
             message: &message,
+            journal_to: opts.outputs.run_file.as_deref(),
         },
         || {
             let (load, done, result) = (opts.load.clone(), Arc::clone(&done), Arc::clone(&result));

@@ -6,8 +6,6 @@
 
 use std::{path::Path, process::Command};
 
-use serde_json::Value;
-
 use crate::util::{BIN, TESTKIT, scratch, succeed, succeed_json};
 
 /// Two report directories written by watch's recorder at `rate` req/s.
@@ -22,7 +20,7 @@ fn watch_reports(dir: &Path, rate: u32) -> Vec<std::path::PathBuf> {
     let mut dirs: Vec<_> = std::fs::read_dir(dir)
         .expect("report dir")
         .map(|e| e.expect("entry").path())
-        .filter(|p| p.join("run.json").is_file())
+        .filter(|p| p.join("capture.run").is_file())
         .collect();
     dirs.sort();
     assert!(dirs.len() >= 2, "{dirs:?}");
@@ -31,8 +29,10 @@ fn watch_reports(dir: &Path, rate: u32) -> Vec<std::path::PathBuf> {
 
 /// Requests in a watch run file, counted from its own phases.
 fn completed(dir: &Path) -> u64 {
-    let run: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("run.json")).expect("run")).expect("json");
+    let run = serde_json::to_value(
+        correlator::runfile::RunFile::load(&dir.join("capture.run")).expect("run file"),
+    )
+    .expect("json");
     run["server_latency"]["latency"]["phases"]
         .as_array()
         .expect("phases")

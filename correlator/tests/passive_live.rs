@@ -37,8 +37,8 @@ fn run_with_syscalls(pid: u32, url: &str, name: &str, extra: &[&str]) -> Value {
 /// file's kept requests (every request above the recorder's running
 /// threshold, far below a p99 of milliseconds) in the measured phase.
 fn client_p99_from_send(run_file: &std::path::Path, count: u64) -> u64 {
-    let run: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_file).expect("run file")).expect("json");
+    let run = serde_json::to_value(correlator::runfile::RunFile::load(run_file).expect("run file"))
+        .expect("json");
     let latency = &run["latency"];
     let phase = &latency["phases"][0];
     let (start, end) = (

@@ -77,7 +77,7 @@ live_test! {
             Command::new(&python)
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/perfetto_check.py"))
             .arg(&trace)
-            .arg(&run_file)
+            .arg(crate::util::json_export(&run_file))
             .arg(dir.join("report.json"))
         );
         eprintln!("{facts}");

@@ -339,6 +339,57 @@ live_test! {
 }
 
 live_test! {
+    /// A recorder killed with SIGKILL 10 s into `record --syscalls` of
+    /// redis-server under 2,000 req/s leaves a run file that `summary` and
+    /// `report` read: the journal's frames, about one a second, cover all
+    /// but the last second, the server-side requests are the load's rate
+    /// over that time, and the file says it is unfinished.
+    fn sigkill_leaves_a_readable_run() {
+        let Some((server, port)) =
+            crate::util::redis_server("sigkill_leaves_a_readable_run", "1", &[])
+        else {
+            return;
+        };
+        let dir = scratch("sigkill");
+        let mut load = Command::new(BIN)
+            .args(["load", &format!("redis://127.0.0.1:{port}"), "--rate", "2000"])
+            .args(["--duration", "30s", "--warmup", "0s"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("load");
+        let out = dir.join("k.run");
+        let mut rec = Recorder::start(server.0.id(), out.clone(), &["--syscalls"]);
+        std::thread::sleep(std::time::Duration::from_secs(10));
+        rec.child.kill().expect("SIGKILL the recorder");
+        let _ = rec.child.wait();
+        let _ = load.kill();
+        let _ = load.wait();
+        let run = correlator::runfile::RunFile::load(&out).expect("the killed recorder's run");
+        assert_eq!(run.stop_reason, StopReason::Unfinished);
+        let secs = run.duration_ns() as f64 / 1e9;
+        // The last frame at most a second (and a drain) before the kill.
+        assert!((8.8..=10.5).contains(&secs), "covers {secs:.2} s of 10");
+        let served = run.server_latency.as_ref().expect("server-side latency").stats.requests;
+        let expected = 2000.0 * secs;
+        assert!(
+            (served as f64 - expected).abs() <= 0.1 * expected,
+            "{served} requests in {secs:.2} s at 2,000/s"
+        );
+        let summary = String::from_utf8_lossy(&crate::util::succeed(
+            Command::new(BIN).arg("summary").arg(&out),
+        ))
+        .into_owned();
+        assert!(summary.contains("did not finish"), "{summary}");
+        let report = String::from_utf8_lossy(&crate::util::succeed(
+            Command::new(BIN).arg("report").arg(&out),
+        ))
+        .into_owned();
+        assert!(report.contains("did not finish"), "the report says so:\n{report}");
+    }
+}
+
+live_test! {
     /// With --follow-children, a process the target forks after attach is
     /// watched too: its faults are in the totals, matching the kernel's perf
     /// counter (which is inherited across fork).

@@ -309,6 +309,19 @@ pub fn succeed(cmd: &mut std::process::Command) -> Vec<u8> {
     out.stdout
 }
 
+/// The JSON export of a (compact) run file, beside it, for tools outside
+/// Rust (`correlator convert`).
+pub fn json_export(run_file: &std::path::Path) -> std::path::PathBuf {
+    let json = run_file.with_extension("export.json");
+    succeed(
+        std::process::Command::new(BIN)
+            .arg("convert")
+            .arg(run_file)
+            .arg(&json),
+    );
+    json
+}
+
 /// `succeed`, with stdout parsed as JSON.
 pub fn succeed_json(cmd: &mut std::process::Command) -> serde_json::Value {
     serde_json::from_slice(&succeed(cmd))

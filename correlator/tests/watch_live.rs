@@ -191,7 +191,7 @@ fn report_dir(line: &str) -> Option<&Path> {
 }
 
 fn read_report(dir: &Path) -> Value {
-    for f in ["report.json", "run.json", "report.html"] {
+    for f in ["report.json", "capture.run", "report.html"] {
         assert!(dir.join(f).is_file(), "{} has no {f}", dir.display());
     }
     serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report"))
@@ -249,7 +249,7 @@ fn check_trace(dir: &Path) {
                 "/tests/fixtures/perfetto_check.py"
             ))
             .arg(dir.join("trace.perfetto-trace"))
-            .arg(dir.join("run.json"))
+            .arg(crate::util::json_export(&dir.join("capture.run")))
             .arg(dir.join("report.json")),
     );
     eprintln!("{facts}");

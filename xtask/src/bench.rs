@@ -493,7 +493,7 @@ fn measure(
             Some(c),
         ) => {
             c.wait()?;
-            correlator_costs(&run_file)?
+            correlator_costs(bin, &run_file)?
         }
         (Variant::Watch, Some(c)) => {
             // watch stops when its server exits.
@@ -552,8 +552,11 @@ fn wait4(pid: u32) -> Result<(bool, libc::rusage)> {
     ))
 }
 
-fn correlator_costs(run_file: &PathBuf) -> Result<Vec<(String, u64, u64)>> {
-    let run: Value = serde_json::from_str(&std::fs::read_to_string(run_file)?)?;
+/// The programs' costs from the run file (through its JSON export).
+fn correlator_costs(bin: &Path, run_file: &PathBuf) -> Result<Vec<(String, u64, u64)>> {
+    let json = run_file.with_extension("json");
+    crate::run(Command::new(bin).arg("convert").arg(run_file).arg(&json))?;
+    let run: Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
     Ok(run["overhead"]["programs"]
         .as_array()
         .map(|progs| {

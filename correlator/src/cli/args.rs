@@ -35,6 +35,13 @@ pub enum Command {
     Record(RecordArgs),
     /// Print the event totals of a run file.
     Summary(SummaryArgs),
+    /// Rewrite a run file: compact (the default format) or the JSON export.
+    #[command(
+        long_about = "Reads a run file (compact, an unfinished journal, or JSON from any version) and \
+                      writes it to OUT: as JSON when OUT ends in .json (for jq, pandas, other tools), \
+                      compact otherwise (zstd over MessagePack; see docs/run-file.md)."
+    )]
+    Convert(ConvertArgs),
     /// Drive a server with open-loop constant-rate load and measure latency honestly.
     #[command(
         long_about = "Open-loop, constant-throughput load (wrk2's method): every request has an \
@@ -554,6 +561,15 @@ pub struct SummaryArgs {
     pub json: bool,
 }
 
+/// Arguments of `correlator convert`.
+#[derive(Debug, clap::Args)]
+pub struct ConvertArgs {
+    /// Run file to read.
+    pub run_file: PathBuf,
+    /// Where to write it (`.json`: the JSON export; otherwise compact).
+    pub out: PathBuf,
+}
+
 /// Arguments of `correlator demo`.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
@@ -603,7 +619,7 @@ pub struct CompareArgs {
 #[derive(Debug, clap::Args)]
 pub struct MergeArgs {
     /// Run files with latency (`correlator run`: client-side; `correlator
-    /// watch`: server-side), or watch report directories (their run.json),
+    /// watch`: server-side), or watch report directories (their capture.run),
     /// e.g. one per host. Client-side and server-side latency measure
     /// different spans and are not merged together.
     #[arg(required = true, num_args = 2..)]

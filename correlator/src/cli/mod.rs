@@ -29,6 +29,7 @@ pub fn execute(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Record(a) => record::run(&a),
         Command::Summary(a) => summary::run(&a),
+        Command::Convert(a) => summary::convert(&a),
         Command::Load(a) => load::run(&a),
         Command::Run(a) => run::run(&a),
         Command::Demo(a) => demo::run(&a),

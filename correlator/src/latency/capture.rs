@@ -55,12 +55,14 @@ pub struct LatencyCapture {
     pub source: String,
     pub phases: Vec<LatencyPhase>,
     /// Requests above the recorder's running threshold, exact timestamps.
+    #[serde(with = "super::columns::requests")]
     pub requests: Vec<RequestTimes>,
     /// Requests above that threshold not kept (memory cap).
     pub requests_over_cap: u64,
     /// Per-bucket summaries: bucket `bucket_origin + i`, width 2^bucket_shift ns.
     pub bucket_shift: u32,
     pub bucket_origin: u64,
+    #[serde(with = "super::columns::latency_buckets")]
     pub buckets: Vec<LatencyBucket>,
 }
 

@@ -8,6 +8,7 @@
 //!   merged, never averaged.
 
 pub mod capture;
+pub mod columns;
 pub mod import;
 pub mod passive;
 pub mod recorder;

@@ -216,12 +216,14 @@ impl Passive {
         }
     }
 
-    pub fn push(&mut self, r: &RequestRecord) {
+    /// Takes one record; false when it was not a request (not a socket).
+    pub fn push(&mut self, r: &RequestRecord) -> bool {
         if !self.sockets.is_request(r) {
             self.stats.not_socket += 1;
-            return;
+            return false;
         }
         self.push_checked(r);
+        true
     }
 
     /// Counts records the caller's [`SocketCache`] turned away.

@@ -6,11 +6,12 @@
 //! events are stored) and off-CPU records are capped; records beyond the cap
 //! are counted, never silently dropped.
 
+pub mod columns;
 pub mod stacks;
 pub mod steal;
 pub mod syscalls;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use correlator_common::{
     NUM_ACCOUNT, NUM_COUNTERS, OffCpuKind, OffCpuRecord, SyscallRecord, ThreadBucket,
@@ -281,6 +282,9 @@ pub struct Timeline {
     samples: Vec<stacks::Sample>,
     max_records: usize,
     records_over_cap: u64,
+    /// Buckets changed since [`Timeline::take_touched`] last ran, when a
+    /// run-file journal asks for them (`None`: nobody does, nothing kept).
+    touched: Option<BTreeSet<u64>>,
 }
 
 impl Timeline {
@@ -295,7 +299,26 @@ impl Timeline {
             samples: Vec::new(),
             max_records,
             records_over_cap: 0,
+            touched: None,
         }
+    }
+
+    /// Keeps the set of buckets changed between calls of
+    /// [`Timeline::take_touched`] (for a journal written while recording).
+    pub fn track_touched(&mut self) {
+        self.touched.get_or_insert_with(BTreeSet::new);
+    }
+
+    /// The current counts of every bucket changed since the last call
+    /// (a bucket gets counts from several CPUs' drains, late ones too).
+    pub fn take_touched(&mut self) -> Vec<(u64, Counts)> {
+        let Some(touched) = self.touched.as_mut() else {
+            return Vec::new();
+        };
+        std::mem::take(touched)
+            .into_iter()
+            .filter_map(|e| self.buckets.get(&e).map(|c| (e, *c)))
+            .collect()
     }
 
     pub fn bucket_ns(&self) -> u64 {
@@ -306,6 +329,9 @@ impl Timeline {
     pub fn add_bucket(&mut self, epoch: u64, counts: &Counts) {
         if counts.iter().all(|&c| c == 0) {
             return;
+        }
+        if let Some(t) = &mut self.touched {
+            t.insert(epoch);
         }
         let slot = self.buckets.entry(epoch).or_insert([0; NUM_COUNTERS]);
         for ((s, total), c) in slot.iter_mut().zip(self.sum.iter_mut()).zip(counts) {

@@ -12,7 +12,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 /// Files of one report, inside its directory.
-pub const RUN_FILE: &str = "run.json";
+pub const RUN_FILE: &str = "capture.run";
 pub const REPORT_JSON: &str = "report.json";
 pub const REPORT_HTML: &str = "report.html";
 pub const TRACE: &str = "trace.perfetto-trace";

@@ -1,5 +1,8 @@
-//! The run file: what `correlator record` captured, as one JSON document
-//! (schema `correlator.run/v1`, documented in docs/run-file.md).
+//! The run file: what `correlator record` captured (schema
+//! `correlator.run/v1`, documented in docs/run-file.md), stored compact
+//! (zstd over MessagePack, [`compact`]) and written while recording
+//! ([`journal`]); JSON is an export (a path ending in `.json`) and older
+//! JSON run files still load.
 //!
 //! Its size is bounded by the run's length, not by event count: buckets are
 //! per time slot, and off-CPU records are capped (see [`crate::timeline::Timeline`]).
@@ -7,6 +10,10 @@
 //! One piece on purpose (over 450 lines): the format, its construction from
 //! a capture and its tolerant reader are together the contract that
 //! docs/run-file.md describes.
+
+mod buckets;
+pub mod compact;
+pub mod journal;
 
 use std::{collections::BTreeMap, fs, io::BufWriter, path::Path};
 
@@ -36,6 +43,9 @@ pub enum StopReason {
     /// `correlator watch` cut this window out of its flight recorder when
     /// the tail spiked.
     Triggered,
+    /// The recorder never finished the file (killed): the run is what its
+    /// journal held ([`journal::recover`]).
+    Unfinished,
 }
 
 /// Event totals per family, under the names every output uses.
@@ -213,8 +223,9 @@ pub struct RunFile {
     pub bucket_ns: u64,
     pub counter_names: Vec<String>,
     /// Rows written with fewer columns (counters added since) read as zeros.
-    #[serde(deserialize_with = "rows_padded")]
+    #[serde(with = "buckets")]
     pub buckets: Vec<BucketRow>,
+    #[serde(with = "crate::timeline::columns::offcpu")]
     pub offcpu: Vec<OffCpu>,
     /// Off-CPU intervals shorter than this are only in the bucket sums.
     pub min_offcpu_record_ns: u64,
@@ -240,7 +251,7 @@ pub struct RunFile {
     /// `account_names`). Off-CPU intervals with a record are not in it.
     #[serde(default)]
     pub account_names: Vec<String>,
-    #[serde(default)]
+    #[serde(default, with = "crate::timeline::columns::accounts")]
     pub thread_accounts: Vec<ThreadAccount>,
     /// Syscalls at least `min_offcpu_record_ns` long.
     #[serde(default)]
@@ -482,12 +493,20 @@ impl RunFile {
             .or(self.server_latency.as_ref().map(|s| &s.latency))
     }
 
+    /// Writes the run: compact, or JSON (the export) when `path` ends in
+    /// `.json`. Through a temporary file, so a reader never sees half of
+    /// it, and a journal at `path` is replaced only by the whole run.
     pub fn save(&self, path: &Path) -> Result<()> {
         let tmp = path.with_extension("tmp");
         let file = fs::File::create(&tmp)
             .with_context(|| format!("cannot create run file {}", tmp.display()))?;
-        serde_json::to_writer(BufWriter::new(file), self)
-            .with_context(|| format!("cannot write run file {}", tmp.display()))?;
+        let mut w = BufWriter::new(file);
+        if is_json_export(path) {
+            serde_json::to_writer(&mut w, self).map_err(anyhow::Error::from)
+        } else {
+            compact::write_complete(&mut w, self)
+        }
+        .with_context(|| format!("cannot write run file {}", tmp.display()))?;
         fs::rename(&tmp, path)
             .with_context(|| format!("cannot move run file into place at {}", path.display()))
     }
@@ -496,6 +515,14 @@ impl RunFile {
     /// text, no intermediate JSON tree): run files of long fast runs are
     /// 100+ MB and a second copy of them was the report's peak memory.
     pub fn load(path: &Path) -> Result<Self> {
+        let mut head = [0u8; compact::MAGIC.len()];
+        let is_compact = fs::File::open(path)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+            .is_ok()
+            && head == *compact::MAGIC;
+        if is_compact {
+            return Self::load_compact(path);
+        }
         let open = || {
             fs::File::open(path)
                 .map(std::io::BufReader::new)
@@ -535,6 +562,49 @@ impl RunFile {
             }
         }
     }
+
+    /// Reads a compact run file: its complete frame, or the run its
+    /// journal holds when the recorder did not finish it.
+    fn load_compact(path: &Path) -> Result<Self> {
+        let bytes =
+            fs::read(path).with_context(|| format!("cannot read run file {}", path.display()))?;
+        let compact::Frames { frames, torn_bytes } = compact::read(&bytes)
+            .with_context(|| format!("{} is a malformed {SCHEMA} run file", path.display()))?;
+        let mut start = None;
+        let mut deltas = Vec::new();
+        for frame in frames {
+            match frame {
+                compact::Frame::Complete(run) => return Self::checked(*run, path),
+                compact::Frame::Start(s) => start = Some(*s),
+                compact::Frame::Delta(d) => deltas.push(*d),
+            }
+        }
+        let start = start.with_context(|| {
+            format!(
+                "{} holds no whole frame: its recorder stopped before writing one",
+                path.display()
+            )
+        })?;
+        Self::checked(journal::recover(start, deltas, torn_bytes), path)
+    }
+
+    fn checked(run: Self, path: &Path) -> Result<Self> {
+        if run.schema != SCHEMA {
+            bail!(
+                "{} has schema {}; this correlator reads {SCHEMA}",
+                path.display(),
+                run.schema
+            );
+        }
+        Ok(run)
+    }
+}
+
+/// A run-file path that asks for the JSON export rather than the compact
+/// file.
+pub fn is_json_export(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
 }
 
 const _: () = assert!(NUM_COUNTERS == Counter::ALL.len());
@@ -564,38 +634,4 @@ fn rows_padded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<BucketRow>,
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Deserialize)]
-    struct Rows {
-        #[serde(deserialize_with = "rows_padded")]
-        buckets: Vec<BucketRow>,
-    }
-
-    /// The recorder pins itself; the run file must still say how many CPUs
-    /// the machine has.
-    #[test]
-    fn environment_counts_the_machines_cpus_not_the_threads() {
-        let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
-            .ok()
-            .and_then(|l| crate::cpu::parse_cpu_list(l.trim()))
-            .map(|c| c.len())
-            .expect("online CPUs");
-        let _pinned = crate::cpu::PinnedThread::to(&[0]).expect("pin");
-        assert_eq!(Environment::current().cpus, online);
-    }
-
-    #[test]
-    fn rows_from_older_files_read_as_zero_padded() {
-        let old: Rows = serde_json::from_str(r#"{"buckets": [[7, [1,2,3,4,5,6,7,8,9,10,11]]]}"#)
-            .expect("older row");
-        let mut want = [0; NUM_COUNTERS];
-        for (i, w) in want.iter_mut().take(11).enumerate() {
-            *w = i as u64 + 1;
-        }
-        assert_eq!(old.buckets, vec![(7, want)]);
-        let too_long = format!(r#"{{"buckets": [[7, {:?}]]}}"#, vec![1; NUM_COUNTERS + 1]);
-        assert!(serde_json::from_str::<Rows>(&too_long).is_err());
-    }
-}
+mod tests;

@@ -1,0 +1,201 @@
+//! Long record lists as columns in binary formats (the compact run file).
+//!
+//! Row by row, a record's timestamps are most of its bytes and the least
+//! compressible (nanoseconds since boot); as columns with each timestamp
+//! stored as the step from the one before and each end as a length, the
+//! values are small and alike, and the compressor does the rest
+//! (docs/run-file.md has the sizes). Human-readable formats (JSON) keep
+//! rows, which is what the docs describe and what other tools read.
+//!
+//! A column missing or short in a file (a field added since) reads as the
+//! field's default. The column types live beside their row types
+//! (`timeline::columns`, `latency::columns`).
+
+/// Steps between successive values (wrapping: any order round-trips).
+pub fn steps(values: impl Iterator<Item = u64>) -> Vec<i64> {
+    let mut last = 0u64;
+    values
+        .map(|v| {
+            let d = v.wrapping_sub(last) as i64;
+            last = v;
+            d
+        })
+        .collect()
+}
+
+/// The values [`steps`] came from.
+pub fn unsteps(steps: &[i64]) -> Vec<u64> {
+    let mut last = 0u64;
+    steps
+        .iter()
+        .map(|&d| {
+            last = last.wrapping_add(d as u64);
+            last
+        })
+        .collect()
+}
+
+/// Row `i` of a column, or the default where the column is short.
+pub fn at<T: Clone + Default>(col: &[T], i: usize) -> T {
+    col.get(i).cloned().unwrap_or_default()
+}
+
+/// Defines `pub mod $module` for `#[serde(with = ...)]` on a `Vec<$row>`:
+/// rows in human-readable formats, `$cols` (with `From<&[$row]>` and
+/// `into_rows`) otherwise.
+macro_rules! rows_or_columns {
+    ($module:ident, $row:ty, $cols:ty) => {
+        pub mod $module {
+            use super::*;
+            use serde::{Deserializer, Serializer};
+            pub fn serialize<S: Serializer>(rows: &[$row], s: S) -> Result<S::Ok, S::Error> {
+                if s.is_human_readable() {
+                    rows.serialize(s)
+                } else {
+                    <$cols>::from(rows).serialize(s)
+                }
+            }
+            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<$row>, D::Error> {
+                if d.is_human_readable() {
+                    Vec::<$row>::deserialize(d)
+                } else {
+                    <$cols>::deserialize(d).map(<$cols>::into_rows)
+                }
+            }
+        }
+    };
+}
+pub(crate) use rows_or_columns;
+
+/// As [`rows_or_columns!`], for rows that stream their columns in
+/// ([`StreamedRows`]): `$cols` needs only `From<&[$row]>` and Serialize.
+macro_rules! rows_or_streamed_columns {
+    ($module:ident, $row:ty, $cols:ty) => {
+        pub mod $module {
+            use super::*;
+            use serde::{Deserializer, Serializer};
+            pub fn serialize<S: Serializer>(rows: &[$row], s: S) -> Result<S::Ok, S::Error> {
+                if s.is_human_readable() {
+                    rows.serialize(s)
+                } else {
+                    <$cols>::from(rows).serialize(s)
+                }
+            }
+            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<$row>, D::Error> {
+                if d.is_human_readable() {
+                    Vec::<$row>::deserialize(d)
+                } else {
+                    $crate::columnar::streamed_rows::<D, $row>(d)
+                }
+            }
+        }
+    };
+}
+pub(crate) use rows_or_streamed_columns;
+
+/// Rows that read their columns one element at a time, so a long list is
+/// never held twice (as columns and as rows) while it loads: each column
+/// is streamed straight into the rows, which the first column creates.
+pub trait StreamedRows: Sized {
+    /// A row before any column filled it.
+    fn blank() -> Self;
+    /// Reads the column named `key` from `map` into `rows` (an unknown
+    /// key: skipped, a column written by a newer version).
+    fn column<'de, A: serde::de::MapAccess<'de>>(
+        key: &str,
+        rows: &mut Vec<Self>,
+        map: &mut A,
+    ) -> Result<(), A::Error>;
+    /// Once every column is in: fields derived from others.
+    fn finish(_rows: &mut [Self]) {}
+}
+
+/// One column streamed into the rows through `set(row, value)`.
+pub struct Column<'a, R, T, F> {
+    pub rows: &'a mut Vec<R>,
+    pub set: F,
+    pub marker: std::marker::PhantomData<T>,
+}
+
+/// Reads the next value of `map` as a column of `T` into `rows`.
+pub fn fill<'de, A, R, T, F>(rows: &mut Vec<R>, map: &mut A, set: F) -> Result<(), A::Error>
+where
+    A: serde::de::MapAccess<'de>,
+    R: StreamedRows,
+    T: serde::Deserialize<'de>,
+    F: FnMut(&mut R, T),
+{
+    map.next_value_seed(Column {
+        rows,
+        set,
+        marker: std::marker::PhantomData::<T>,
+    })
+}
+
+impl<'de, R, T, F> serde::de::DeserializeSeed<'de> for Column<'_, R, T, F>
+where
+    R: StreamedRows,
+    T: serde::Deserialize<'de>,
+    F: FnMut(&mut R, T),
+{
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, R, T, F> serde::de::Visitor<'de> for Column<'_, R, T, F>
+where
+    R: StreamedRows,
+    T: serde::Deserialize<'de>,
+    F: FnMut(&mut R, T),
+{
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a column")
+    }
+    fn visit_seq<S: serde::de::SeqAccess<'de>>(mut self, mut seq: S) -> Result<(), S::Error> {
+        let mut i = 0;
+        while let Some(v) = seq.next_element::<T>()? {
+            if i == self.rows.len() {
+                self.rows.push(R::blank());
+            }
+            (self.set)(&mut self.rows[i], v);
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Deserializes a columns map into rows of `R` (see [`StreamedRows`]).
+pub fn streamed_rows<'de, D: serde::Deserializer<'de>, R: StreamedRows>(
+    d: D,
+) -> Result<Vec<R>, D::Error> {
+    struct Rows<R>(std::marker::PhantomData<R>);
+    impl<'de, R: StreamedRows> serde::de::Visitor<'de> for Rows<R> {
+        type Value = Vec<R>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of columns")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<R>, A::Error> {
+            let mut rows = Vec::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                R::column(&key, &mut rows, &mut map)?;
+            }
+            R::finish(&mut rows);
+            Ok(rows)
+        }
+    }
+    d.deserialize_map(Rows(std::marker::PhantomData))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_round_trip_in_any_order() {
+        let v = vec![5, 3, u64::MAX, 0, 1 << 63, 7];
+        assert_eq!(unsteps(&steps(v.iter().copied())), v);
+    }
+}

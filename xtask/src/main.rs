@@ -14,6 +14,7 @@ mod bench;
 mod bench_loadgen;
 mod bench_redis;
 mod bench_watch;
+mod corpus;
 mod layers;
 
 #[derive(Parser)]
@@ -38,10 +39,19 @@ enum Task {
     Demo,
     /// Check correlator's one-way layering (the list in correlator/src/lib.rs).
     Layers,
-    /// Score the analysis on synthetic runs with a known truth (signature
-    /// and top-cause accuracy, false claims on null runs); fails below the
-    /// acceptance.
-    Eval,
+    /// Score the analysis on the labelled corpus (corpus/, against its
+    /// committed scores) and on synthetic runs with a known truth; fails
+    /// below the synthetic acceptance or when the corpus's scores changed.
+    Eval {
+        /// Write the corpus's new scores to corpus/scores.json.
+        #[arg(long)]
+        write_scores: bool,
+    },
+    /// The labelled corpus (corpus/manifest.json): record runs of a case.
+    Corpus {
+        #[command(subcommand)]
+        which: corpus::Corpus,
+    },
     /// Benchmarks (ratios against a baseline measured in the same run).
     Bench {
         #[command(subcommand)]
@@ -166,7 +176,7 @@ fn test(full: bool) -> Result<()> {
     tests?;
     // The testkit the integration tests just built (a `cargo build -p
     // correlator` of it would unify features differently and rebuild).
-    eval_with(&testkit_path())?;
+    eval_with(&testkit_path(), false)?;
     eprintln!(
         "xtask: test ({tier} tier) took {:.1} min in all",
         started.elapsed().as_secs_f64() / 60.0
@@ -208,13 +218,20 @@ fn print_times(path: &Path, tier: &str) {
     }
 }
 
-/// `correlator-testkit eval` on 200 synthetic runs (see harness/eval.rs).
-fn eval() -> Result<()> {
-    eval_with(&build_testkit()?)
+/// `correlator-testkit eval`: the labelled corpus, then 240 synthetic runs (see
+/// harness/eval.rs and harness/corpus.rs).
+fn eval(write_scores: bool) -> Result<()> {
+    eval_with(&build_testkit()?, write_scores)
 }
 
-fn eval_with(testkit: &Path) -> Result<()> {
-    run(Command::new(testkit).args(["eval", "--runs", "200"]))
+fn eval_with(testkit: &Path, write_scores: bool) -> Result<()> {
+    let mut cmd = Command::new(testkit);
+    cmd.args(["eval", "--runs", "240", "--corpus"])
+        .arg(workspace_root().join("corpus"));
+    if write_scores {
+        cmd.arg("--write-scores");
+    }
+    run(&mut cmd)
 }
 
 fn demo() -> Result<()> {
@@ -230,7 +247,8 @@ fn main() -> Result<()> {
         Task::Test { full } => test(full),
         Task::Demo => demo(),
         Task::Layers => layers::run(),
-        Task::Eval => eval(),
+        Task::Eval { write_scores } => eval(write_scores),
         Task::Bench { which } => bench::run(which),
+        Task::Corpus { which } => corpus::run(which),
     }
 }

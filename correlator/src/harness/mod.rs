@@ -8,6 +8,7 @@
 //! the `correlator-testkit` binary and the integration tests do.
 
 pub mod cli;
+pub mod corpus;
 pub mod eval;
 pub mod known_syscalls;
 pub mod memcheck;

@@ -1,0 +1,435 @@
+//! `cargo xtask corpus`: records the labelled corpus's runs
+//! (corpus/manifest.json says what each case is and why its truth is known).
+//!
+//! Each recipe makes the situation its case describes and records it with
+//! the release `correlator`: the demo's scenarios through `correlator demo`
+//! (optionally with the machine disturbed), Debian's redis-server and
+//! memcached through `correlator run` with what the case injects beside
+//! them. A run lands in corpus/runs/CASE/NN.run with NN.facts.json: the
+//! command, the host's steal over the run, and the case's outside truth
+//! (e.g. redis's own fork times).
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::{Value, json};
+
+use crate::{build_release, workspace_root};
+
+#[derive(clap::Subcommand)]
+pub enum Corpus {
+    /// Record more runs of a case (appended after the existing ones).
+    Record {
+        /// The case's name in corpus/manifest.json.
+        case: String,
+        /// How many runs to add.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+    },
+    /// The cases and how many runs each has.
+    List,
+}
+
+pub fn run(which: Corpus) -> Result<()> {
+    match which {
+        Corpus::Record { case, runs } => record(&case, runs),
+        Corpus::List => list(),
+    }
+}
+
+fn corpus_dir() -> PathBuf {
+    workspace_root().join("corpus")
+}
+
+fn manifest() -> Result<Value> {
+    let path = corpus_dir().join("manifest.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+/// The run files of a case, in order.
+fn runs_of(case: &str) -> Result<Vec<PathBuf>> {
+    let dir = corpus_dir().join("runs").join(case);
+    let mut runs: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "run"))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    runs.sort();
+    Ok(runs)
+}
+
+fn list() -> Result<()> {
+    let m = manifest()?;
+    let mut total = 0;
+    for case in m["cases"].as_array().context("no cases")? {
+        let name = case["name"].as_str().unwrap_or("?");
+        let n = runs_of(name)?.len();
+        total += n;
+        println!("{name:<28} {n:>3} run(s)  {}", case["signature"]);
+    }
+    println!("{total} runs in all");
+    Ok(())
+}
+
+fn record(name: &str, runs: usize) -> Result<()> {
+    let m = manifest()?;
+    let case = m["cases"]
+        .as_array()
+        .context("no cases")?
+        .iter()
+        .find(|c| c["name"] == name)
+        .with_context(|| format!("no case {name} in corpus/manifest.json"))?
+        .clone();
+    let bin = build_release()?;
+    let dir = corpus_dir().join("runs").join(name);
+    std::fs::create_dir_all(&dir)?;
+    let first = runs_of(name)?.len() + 1;
+    let recipe = &case["recipe"];
+    let disturbed = case["host"] == "disturbed";
+    for n in first..first + runs {
+        let out = dir.join(format!("{n:02}.run"));
+        eprintln!("xtask corpus: {name} run {n} → {}", out.display());
+        let steal_before = steal_ticks()?;
+        let started = Instant::now();
+        let disturbance = disturbed.then(disturb).transpose()?;
+        let facts = match recipe["kind"].as_str() {
+            Some("demo") => demo(&bin, recipe, &out),
+            Some("redis") => redis(&bin, recipe, &out),
+            Some("memcached") => memcached(&bin, recipe, &out),
+            other => bail!("unknown recipe kind {other:?}"),
+        };
+        if let Some(d) = disturbance {
+            stop(d);
+        }
+        let mut facts = match facts {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = std::fs::remove_file(&out);
+                return Err(e.context(format!("{name} run {n} was not recorded")));
+            }
+        };
+        if let Err(e) = check_requests(&bin, &out, &mut facts) {
+            let _ = std::fs::remove_file(&out);
+            return Err(e.context(format!("{name} run {n} is not what its case describes")));
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let steal = (steal_ticks()? - steal_before) as f64 / ticks_per_second() / seconds;
+        facts["host_steal_cpus"] = json!((steal * 1000.0).round() / 1000.0);
+        facts["recorded"] = json!(iso_now());
+        std::fs::write(
+            out.with_extension("facts.json"),
+            serde_json::to_string_pretty(&facts)? + "\n",
+        )?;
+    }
+    Ok(())
+}
+
+/// The client's view of the run, into the facts; an error in more than
+/// 1% of the requests means the server was not serving as the case says
+/// (e.g. redis-server answering LOADING while it read a stale dump).
+fn check_requests(bin: &Path, run: &Path, facts: &mut Value) -> Result<()> {
+    let json = workspace_root().join("target/corpus-check.json");
+    crate::run(Command::new(bin).arg("convert").arg(run).arg(&json))?;
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+    let _ = std::fs::remove_file(&json);
+    let phases = r["latency"]["phases"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let sum = |k: &str| phases.iter().filter_map(|p| p[k].as_u64()).sum::<u64>();
+    let (completed, errors, timeouts) = (sum("completed"), sum("errors"), sum("timeouts"));
+    facts["requests_completed"] = json!(completed);
+    facts["requests_errors"] = json!(errors);
+    facts["requests_timeouts"] = json!(timeouts);
+    if completed == 0 || (errors + timeouts) * 100 > completed {
+        bail!("{completed} requests completed, {errors} errors, {timeouts} timeouts");
+    }
+    Ok(())
+}
+
+/// stress-ng keeping CPU 0 (the load generator's, everything else's) 70%
+/// busy: late sends and a noisy machine, nothing done to the server.
+fn disturb() -> Result<Child> {
+    Command::new("stress-ng")
+        .args(["--cpu", "1", "--taskset", "0", "--cpu-load", "70"])
+        .args(["--timeout", "600s", "--quiet"])
+        .spawn()
+        .context("stress-ng (xtask/setup.sh installs it)")
+}
+
+fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn demo(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
+    let scenario = recipe["scenario"]
+        .as_str()
+        .context("demo recipe: scenario")?;
+    let tmp = workspace_root().join("target/corpus-demo");
+    std::fs::create_dir_all(&tmp)?;
+    let args = ["demo", "--scenario", scenario, "--duration", "5s", "--out"];
+    let run_file = tmp.join(format!("{scenario}.run"));
+    let _ = std::fs::remove_file(&run_file);
+    // The demo exits non-zero when it misattributes its scenario: such a
+    // run stays in the corpus, labelled with the truth, like any other.
+    let status = Command::new(bin).args(args).arg(&tmp).status()?;
+    std::fs::copy(&run_file, out)
+        .with_context(|| format!("the demo wrote no {scenario}.run (it exited with {status})"))?;
+    Ok(json!({ "command": format!("correlator {} DIR", args.join(" ")) }))
+}
+
+/// A server pinned to CPU 1, stopped when dropped: SIGTERM first, so
+/// redis-server takes its BGSAVE child with it, then SIGKILL after 10 s.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0.id()) {
+            // SAFETY: plain kill(2) on our own child.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn wait_listening(port: u16) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("nothing listens on {port}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// `correlator run` against `url` for `seconds` at `rate`, its run file
+/// at `out`; returns the command as the facts give it.
+fn correlator_run(
+    bin: &Path,
+    pid: u32,
+    url: &str,
+    out: &Path,
+    seconds: u32,
+    extra: &[&str],
+) -> Result<String> {
+    let duration = format!("{seconds}s");
+    let args = [
+        "run",
+        "--quiet",
+        "--pid",
+        &pid.to_string(),
+        "--load",
+        url,
+        "--rate",
+        "3000",
+        "--duration",
+        &duration,
+    ];
+    crate::run(
+        Command::new(bin)
+            .args(args)
+            .args(extra)
+            .arg("--run-file")
+            .arg(out)
+            .stdout(Stdio::null()),
+    )?;
+    Ok(format!(
+        "correlator {} {} --run-file OUT",
+        args.join(" "),
+        extra.join(" ")
+    ))
+}
+
+/// `correlator demo-hog` on the server's CPU.
+fn hog(bin: &Path) -> Result<Child> {
+    Command::new(bin)
+        .args(["demo-hog", "--cpu", "1"])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("demo-hog")
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> Result<String> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .context("redis-cli")?;
+    if !out.status.success() {
+        bail!("redis-cli {args:?} failed");
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A field of redis's INFO output.
+fn info_field(info: &str, key: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// How often the bgsave case sends BGSAVE (a save must end before the
+/// next, or redis refuses it and the period breaks: the facts give
+/// `total_forks`).
+const BGSAVE_EVERY_MS: u64 = 2000;
+
+fn redis(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
+    let mode = recipe["mode"].as_str().context("redis recipe: mode")?;
+    let port = free_port()?;
+    // An empty directory of its own in memory: nothing to load at start,
+    // and a dump written fast enough that every BGSAVE forks on time.
+    let dump = PathBuf::from(format!("/dev/shm/correlator-corpus-redis-{port}"));
+    std::fs::create_dir_all(&dump)?;
+    let server = Server(
+        Command::new("taskset")
+            .args([
+                "-c",
+                "1",
+                "/usr/bin/redis-server",
+                "--port",
+                &port.to_string(),
+            ])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--enable-debug-command",
+                "yes",
+                "--rdbcompression",
+                "no",
+                "--dir",
+            ])
+            .arg(&dump)
+            .stdout(Stdio::null())
+            .spawn()
+            .context("redis-server (xtask/setup.sh installs it)")?,
+    );
+    wait_listening(port)?;
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut facts = json!({});
+    let command = match mode {
+        "clean" => correlator_run(bin, server.0.id(), &url, out, 10, &[])?,
+        "hog" => {
+            let h = hog(bin)?;
+            let c = correlator_run(bin, server.0.id(), &url, out, 10, &[]);
+            stop(h);
+            c?
+        }
+        "bgsave" => {
+            // ~250 MB in 800,000 keys: a fork copies its page tables
+            // (several ms), and the dump is written well within a period.
+            redis_cli(port, &["DEBUG", "POPULATE", "800000", "key", "200"])?;
+            let stop_saving = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let saver = {
+                let stop_saving = std::sync::Arc::clone(&stop_saving);
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(1000));
+                    while !stop_saving.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _ = redis_cli(port, &["BGSAVE"]);
+                        std::thread::sleep(Duration::from_millis(BGSAVE_EVERY_MS));
+                    }
+                })
+            };
+            let c = correlator_run(bin, server.0.id(), &url, out, 16, &[]);
+            stop_saving.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = saver.join();
+            let info = redis_cli(port, &["INFO"])?;
+            facts["latest_fork_usec"] = json!(info_field(&info, "latest_fork_usec"));
+            facts["total_forks"] = json!(info_field(&info, "total_forks"));
+            facts["bgsave_every_ms"] = json!(BGSAVE_EVERY_MS);
+            let forks = info_field(&info, "total_forks").unwrap_or(0);
+            let command = c?;
+            // Six forks at least, or no reader could see the period.
+            if forks < 6 {
+                bail!("only {forks} BGSAVE forks in the run (a save outlasted the period?)");
+            }
+            command
+        }
+        other => bail!("unknown redis mode {other}"),
+    };
+    facts["command"] = json!(command);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dump);
+    Ok(facts)
+}
+
+fn memcached(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
+    let mode = recipe["mode"].as_str().context("memcached recipe: mode")?;
+    let port = free_port()?;
+    let server = Server(
+        Command::new("taskset")
+            .args([
+                "-c",
+                "1",
+                "/usr/bin/memcached",
+                "-u",
+                "root",
+                "-l",
+                "127.0.0.1",
+            ])
+            .args(["-p", &port.to_string(), "-U", "0", "-t", "1"])
+            .spawn()
+            .context("memcached (xtask/setup.sh installs it)")?,
+    );
+    wait_listening(port)?;
+    let url = format!("memcache://127.0.0.1:{port}");
+    let extra = ["--op", "get"];
+    let command = match mode {
+        "clean" => correlator_run(bin, server.0.id(), &url, out, 10, &extra)?,
+        "hog" => {
+            let h = hog(bin)?;
+            let c = correlator_run(bin, server.0.id(), &url, out, 10, &extra);
+            stop(h);
+            c?
+        }
+        other => bail!("unknown memcached mode {other}"),
+    };
+    Ok(json!({ "command": command }))
+}
+
+/// Steal ticks of all CPUs so far (/proc/stat).
+fn steal_ticks() -> Result<u64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let cpu = stat.lines().next().context("empty /proc/stat")?;
+    cpu.split_whitespace()
+        .nth(8)
+        .and_then(|s| s.parse().ok())
+        .context("no steal column in /proc/stat")
+}
+
+fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 { hz as f64 } else { 100.0 }
+}
+
+/// The current UTC time, to the second (RFC 3339).
+fn iso_now() -> String {
+    let out = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}

@@ -12,8 +12,11 @@
 //!   (`stats::periodicity`). Episodes closer together than half the
 //!   shortest candidate period count as one event (a burst of episodes is
 //!   one occurrence). Periods from 20 ms to a quarter of the family's
-//!   span (four cycles at least) are searched. Periodic when
-//!   p < 0.001 / families.
+//!   span (four cycles at least) are searched. Beside it, with 5 to 60
+//!   occurrences, the regularity of the intervals themselves against a
+//!   renewal process (`stats::intervals`): six evenly spaced occurrences,
+//!   which no search over periods can show, are periodic to it. Periodic
+//!   when the smaller p of the two, doubled, is < 0.001 / families.
 //! - **Load correlation**: with a rate sweep, the Cochran-Armitage trend
 //!   test of the family's spike requests over the phases' requests, scored
 //!   by offered rate; in any other run (passive, imported, one rate),
@@ -64,17 +67,38 @@ const MIN_PERIOD_NS: f64 = 20e6;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PeriodicityTest {
+    /// The period of the test with the smaller p-value.
     pub period_ms: f64,
     pub jitter_ms: f64,
     /// Rayleigh statistic Z = n·R² at the best period, and R.
     pub z: f64,
     pub r: f64,
-    /// With the search over periods accounted for.
+    /// The smaller of the two tests' p-values, doubled (Bonferroni over
+    /// the Rayleigh scan and the intervals' regularity).
     pub p_value: f64,
+    /// The Rayleigh scan's, with the search over periods accounted for.
+    #[serde(default)]
+    pub rayleigh_p_value: f64,
+    /// The regularity of the intervals themselves (5 to 60 occurrences).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<IntervalTest>,
     /// Occurrences tested (bursts of episodes count once) and independent
     /// periods searched.
     pub events: usize,
     pub periods_searched: f64,
+}
+
+/// The intervals between occurrences against a renewal process's
+/// (`stats::intervals`): few occurrences at a steady rhythm, which the
+/// Rayleigh scan's search over periods cannot show.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntervalTest {
+    pub period_ms: f64,
+    /// Mean |gap − k·period| / period.
+    pub deviation: f64,
+    pub p_value: f64,
+    /// Gaps read as two or three periods (missed cycles).
+    pub missed: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -396,12 +420,27 @@ fn periodicity(members: &[&Episode]) -> Option<PeriodicityTest> {
     // cycles, a rate that changes during the run (a load sweep) bunches
     // the phases as well as a rhythm does.
     let p = stats::periodicity::periodicity(&times, MIN_PERIOD_NS, span / 4.0)?;
+    let intervals = stats::intervals::regularity(&times)
+        .filter(|i| i.period_ns >= MIN_PERIOD_NS)
+        .map(|i| IntervalTest {
+            period_ms: i.period_ns / 1e6,
+            deviation: i.deviation,
+            p_value: i.p_value,
+            missed: i.missed,
+        });
+    let by_intervals = intervals.as_ref().filter(|i| i.p_value < p.p_value);
     Some(PeriodicityTest {
-        period_ms: p.period_ns / 1e6,
-        jitter_ms: p.jitter_ns / 1e6,
+        period_ms: by_intervals.map_or(p.period_ns / 1e6, |i| i.period_ms),
+        jitter_ms: by_intervals.map_or(p.jitter_ns / 1e6, |i| i.deviation * i.period_ms),
         z: p.z,
         r: p.r,
-        p_value: p.p_value,
+        p_value: (2.0
+            * intervals
+                .as_ref()
+                .map_or(p.p_value, |i| i.p_value.min(p.p_value)))
+        .min(1.0),
+        rayleigh_p_value: p.p_value,
+        intervals,
         events: p.events,
         periods_searched: p.frequencies,
     })
@@ -685,6 +724,23 @@ impl<'a> Tail<'a> {
     }
 }
 
+/// The intervals test's part of the evidence ("" when not run).
+fn intervals_evidence(p: &PeriodicityTest) -> String {
+    p.intervals.as_ref().map_or_else(String::new, |i| {
+        format!(
+            "intervals {:.1}% off multiples of {:.1} ms{}, p = {} against a renewal process; ",
+            i.deviation * 100.0,
+            i.period_ms,
+            match i.missed {
+                0 => String::new(),
+                1 => " with 1 cycle missed".into(),
+                m => format!(" with {m} cycles missed"),
+            },
+            fmt_p(i.p_value)
+        )
+    })
+}
+
 fn evidence(f: &Family, alpha: f64) -> String {
     let mut parts = vec![format!(
         "{} episode{}, {} spike requests",
@@ -694,16 +750,25 @@ fn evidence(f: &Family, alpha: f64) -> String {
     )];
     match &f.periodicity {
         Some(p) if p.p_value < alpha => parts.push(format!(
-            "periodic every {:.1} ms (jitter {:.2} ms; Rayleigh Z = {:.1} over {} occurrences, p = {} with {:.0} periods searched)",
+            "periodic every {:.1} ms (jitter {:.2} ms; {}Rayleigh Z = {:.1} over {} occurrences, p = {} with {:.0} periods searched; p = {} for the two tests, needs < {})",
             p.period_ms,
             p.jitter_ms,
+            intervals_evidence(p),
             p.z,
             p.events,
+            fmt_p(p.rayleigh_p_value),
+            p.periods_searched,
             fmt_p(p.p_value),
-            p.periods_searched
+            fmt_p(alpha)
         )),
         Some(p) => {
-            let best = stats::periodicity::best_possible_p(p.events, p.periods_searched);
+            let rayleigh_best = stats::periodicity::best_possible_p(p.events, p.periods_searched);
+            let intervals_best = if p.intervals.is_some() {
+                1.0 / (1 + stats::intervals::SIMULATIONS) as f64
+            } else {
+                1.0
+            };
+            let best = (2.0 * rayleigh_best.min(intervals_best)).min(1.0);
             parts.push(if best >= alpha {
                 format!(
                     "not enough evidence for or against a period: {} occurrences could not show one (even all in phase would give p = {}, needs < {}); a longer run would",
@@ -713,8 +778,9 @@ fn evidence(f: &Family, alpha: f64) -> String {
                 )
             } else {
                 format!(
-                    "no period (best {:.1} ms, p = {}, needs < {})",
+                    "no period (best {:.1} ms, {}p = {} for the two tests, needs < {})",
                     p.period_ms,
+                    intervals_evidence(p),
                     fmt_p(p.p_value),
                     fmt_p(alpha)
                 )

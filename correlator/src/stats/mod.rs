@@ -606,6 +606,7 @@ mod fisher;
 mod ks;
 pub use fisher::fisher_greater;
 pub use ks::ks_greater;
+pub mod intervals;
 pub mod periodicity;
 pub mod sequential;
 

@@ -41,10 +41,19 @@ pub fn at<T: Clone + Default>(col: &[T], i: usize) -> T {
 }
 
 /// Defines `pub mod $module` for `#[serde(with = ...)]` on a `Vec<$row>`:
-/// rows in human-readable formats, `$cols` (with `From<&[$row]>` and
-/// `into_rows`) otherwise.
+/// rows in human-readable formats, `$cols` (`From<&[$row]>`, Serialize)
+/// otherwise, read back through `$cols::into_rows` or, with `streamed`,
+/// straight into the rows ([`StreamedRows`]).
 macro_rules! rows_or_columns {
     ($module:ident, $row:ty, $cols:ty) => {
+        $crate::columnar::rows_or_columns!(@ $module, $row, $cols,
+            d => <$cols>::deserialize(d).map(<$cols>::into_rows));
+    };
+    (streamed $module:ident, $row:ty, $cols:ty) => {
+        $crate::columnar::rows_or_columns!(@ $module, $row, $cols,
+            d => $crate::columnar::streamed_rows::<D, $row>(d));
+    };
+    (@ $module:ident, $row:ty, $cols:ty, $d:ident => $columns:expr) => {
         pub mod $module {
             use super::*;
             use serde::{Deserializer, Serializer};
@@ -55,43 +64,17 @@ macro_rules! rows_or_columns {
                     <$cols>::from(rows).serialize(s)
                 }
             }
-            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<$row>, D::Error> {
-                if d.is_human_readable() {
-                    Vec::<$row>::deserialize(d)
+            pub fn deserialize<'de, D: Deserializer<'de>>($d: D) -> Result<Vec<$row>, D::Error> {
+                if $d.is_human_readable() {
+                    Vec::<$row>::deserialize($d)
                 } else {
-                    <$cols>::deserialize(d).map(<$cols>::into_rows)
+                    $columns
                 }
             }
         }
     };
 }
 pub(crate) use rows_or_columns;
-
-/// As [`rows_or_columns!`], for rows that stream their columns in
-/// ([`StreamedRows`]): `$cols` needs only `From<&[$row]>` and Serialize.
-macro_rules! rows_or_streamed_columns {
-    ($module:ident, $row:ty, $cols:ty) => {
-        pub mod $module {
-            use super::*;
-            use serde::{Deserializer, Serializer};
-            pub fn serialize<S: Serializer>(rows: &[$row], s: S) -> Result<S::Ok, S::Error> {
-                if s.is_human_readable() {
-                    rows.serialize(s)
-                } else {
-                    <$cols>::from(rows).serialize(s)
-                }
-            }
-            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<$row>, D::Error> {
-                if d.is_human_readable() {
-                    Vec::<$row>::deserialize(d)
-                } else {
-                    $crate::columnar::streamed_rows::<D, $row>(d)
-                }
-            }
-        }
-    };
-}
-pub(crate) use rows_or_streamed_columns;
 
 /// Rows that read their columns one element at a time, so a long list is
 /// never held twice (as columns and as rows) while it loads: each column
@@ -129,6 +112,24 @@ where
         rows,
         set,
         marker: std::marker::PhantomData::<T>,
+    })
+}
+
+/// Reads the next value of `map` as a column of [`steps`] into `rows`,
+/// through `set(row, value)` with the values they came from.
+pub fn fill_steps<'de, A, R>(
+    rows: &mut Vec<R>,
+    map: &mut A,
+    mut set: impl FnMut(&mut R, u64),
+) -> Result<(), A::Error>
+where
+    A: serde::de::MapAccess<'de>,
+    R: StreamedRows,
+{
+    let mut last = 0u64;
+    fill(rows, map, move |r: &mut R, d: i64| {
+        last = last.wrapping_add(d as u64);
+        set(r, last);
     })
 }
 

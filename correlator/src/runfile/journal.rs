@@ -16,7 +16,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use correlator_common::{Account, Counter, NUM_COUNTERS};
+use correlator_common::{Account, NUM_COUNTERS};
 
 use super::compact::{self, Delta, Frame, Request, Start};
 use super::{Durations, EventTotals, Overhead, RunFile, StopReason};
@@ -156,26 +156,8 @@ pub fn recover(start: Start, deltas: Vec<Delta>, torn_bytes: usize) -> RunFile {
             *s += c;
         }
     }
-    let at = |c: Counter| sum[c as usize];
-    run.totals = EventTotals {
-        page_faults_minor: at(Counter::PageFaultsMinor),
-        page_faults_major: at(Counter::PageFaultsMajor),
-        context_switches_voluntary: at(Counter::SwitchesVoluntary),
-        context_switches_involuntary: at(Counter::SwitchesInvoluntary),
-        migrations: at(Counter::Migrations),
-        hardirqs: at(Counter::HardIrqs),
-        softirqs: at(Counter::SoftIrqs),
-        lost: 0,
-    };
-    run.durations = Durations {
-        hardirq_ns: at(Counter::HardIrqNs),
-        softirq_ns: at(Counter::SoftIrqNs),
-        runnable_ns: at(Counter::RunnableNs),
-        blocked_ns: at(Counter::BlockedNs),
-        hardirq_wait_ns: at(Counter::HardIrqWaitNs),
-        softirq_wait_ns: at(Counter::SoftIrqWaitNs),
-        ..Durations::default()
-    };
+    run.totals = EventTotals::from_counters(&sum);
+    run.durations = Durations::from_counters(&sum);
     // The kernel's sample total is written at the end; the accounts count
     // every sample of a target thread by what it found the thread doing.
     run.samples = run

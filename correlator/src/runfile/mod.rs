@@ -62,6 +62,23 @@ pub struct EventTotals {
     pub lost: u64,
 }
 
+impl EventTotals {
+    /// The event counters of `counts` (`lost` zero).
+    pub fn from_counters(counts: &[u64; NUM_COUNTERS]) -> Self {
+        let at = |c: Counter| counts[c as usize];
+        Self {
+            page_faults_minor: at(Counter::PageFaultsMinor),
+            page_faults_major: at(Counter::PageFaultsMajor),
+            context_switches_voluntary: at(Counter::SwitchesVoluntary),
+            context_switches_involuntary: at(Counter::SwitchesInvoluntary),
+            migrations: at(Counter::Migrations),
+            hardirqs: at(Counter::HardIrqs),
+            softirqs: at(Counter::SoftIrqs),
+            lost: 0,
+        }
+    }
+}
+
 /// Summed durations, in ns.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Durations {
@@ -84,6 +101,23 @@ pub struct Durations {
     pub timer_silences: u64,
     #[serde(default)]
     pub timer_silence_ns: u64,
+}
+
+impl Durations {
+    /// The duration counters of `counts` (timer silences zero: they are
+    /// not bucket counters).
+    pub fn from_counters(counts: &[u64; NUM_COUNTERS]) -> Self {
+        let at = |c: Counter| counts[c as usize];
+        Self {
+            hardirq_ns: at(Counter::HardIrqNs),
+            softirq_ns: at(Counter::SoftIrqNs),
+            runnable_ns: at(Counter::RunnableNs),
+            blocked_ns: at(Counter::BlockedNs),
+            hardirq_wait_ns: at(Counter::HardIrqWaitNs),
+            softirq_wait_ns: at(Counter::SoftIrqWaitNs),
+            ..Self::default()
+        }
+    }
 }
 
 /// Where losses came from; `EventTotals::lost` is their sum.
@@ -410,26 +444,14 @@ impl RunFile {
                 )
             })
             .collect();
-        let at = |ctr: Counter| k[ctr as usize];
         let totals = EventTotals {
-            page_faults_minor: at(Counter::PageFaultsMinor),
-            page_faults_major: at(Counter::PageFaultsMajor),
-            context_switches_voluntary: at(Counter::SwitchesVoluntary),
-            context_switches_involuntary: at(Counter::SwitchesInvoluntary),
-            migrations: at(Counter::Migrations),
-            hardirqs: at(Counter::HardIrqs),
-            softirqs: at(Counter::SoftIrqs),
             lost: losses.total(),
+            ..EventTotals::from_counters(k)
         };
         let durations = Durations {
-            hardirq_ns: at(Counter::HardIrqNs),
-            softirq_ns: at(Counter::SoftIrqNs),
-            runnable_ns: at(Counter::RunnableNs),
-            blocked_ns: at(Counter::BlockedNs),
-            hardirq_wait_ns: at(Counter::HardIrqWaitNs),
-            softirq_wait_ns: at(Counter::SoftIrqWaitNs),
             timer_silences: c.kernel.timer_silences,
             timer_silence_ns: c.kernel.timer_silence_ns,
+            ..Durations::from_counters(k)
         };
         let named = |v: Vec<(&str, u64)>| v.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
         let mut notes = c.notes;

@@ -298,6 +298,103 @@ fn change_of(a: &mut [f64], b: &mut [f64], estimate: Estimate, pairs: &mut Vec<f
     }
 }
 
+/// The bootstrap CI of the change of the median, each resample's medians
+/// drawn as order statistics ([`resampled_median`]) instead of by drawing
+/// and selecting every resample: O(1) a resample, where 8 values against
+/// 20,000 took 1.6 s.
+fn medians_ci(change_pct: f64, a: &[f64], b: &[f64], resamples: usize, rng: &mut Rng) -> ChangeCi {
+    let sorted = |v: &[f64]| {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        s
+    };
+    let (a, b) = (sorted(a), sorted(b));
+    let changes: Vec<f64> = (0..resamples)
+        .map(|_| {
+            let (ma, mb) = (resampled_median(&a, rng), resampled_median(&b, rng));
+            (mb - ma) / ma * 100.0
+        })
+        .collect();
+    percentile_ci(change_pct, changes)
+}
+
+/// The median of one bootstrap resample of `sorted` (ascending), without
+/// the resample. A resample is n uniform draws of indices; their k-th
+/// smallest is ⌊n·U₍ₖ₎⌋ where U₍ₖ₎, the k-th smallest of n uniforms on
+/// (0, 1), is Beta(k, n − k + 1) (an index is a monotone step function of
+/// its uniform, which keeps the order). With n even the next order
+/// statistic is the smallest of the other n − k uniforms, which lie above
+/// U₍ₖ₎. Same distribution as drawing and selecting, as the unit test
+/// `resampled_medians_match_drawn_resamples` checks.
+fn resampled_median(sorted: &[f64], rng: &mut Rng) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    let index = |u: f64| ((u * n as f64) as usize).min(n - 1);
+    if n % 2 == 1 {
+        let k = n / 2 + 1;
+        return sorted[index(beta(k as f64, (n - k + 1) as f64, rng))];
+    }
+    let k = n / 2;
+    let u = beta(k as f64, (n - k + 1) as f64, rng);
+    let next = u + (1.0 - u) * (1.0 - (1.0 - rng.unit()).powf(1.0 / (n - k) as f64));
+    (sorted[index(u)] + sorted[index(next)]) / 2.0
+}
+
+/// Beta(a, b) for a, b ≥ 1: the ratio of two gamma draws. Written here
+/// (Marsaglia-Tsang, with Box-Muller normals) rather than through
+/// rand_distr: that crate wants rand's generator traits around this
+/// module's seeded generator for these few lines.
+fn beta(a: f64, b: f64, rng: &mut Rng) -> f64 {
+    let x = gamma(a, rng);
+    x / (x + gamma(b, rng))
+}
+
+/// Gamma(shape, 1) for shape ≥ 1 (Marsaglia and Tsang, 2000).
+fn gamma(shape: f64, rng: &mut Rng) -> f64 {
+    let d = shape - 1.0 / 3.0;
+    let c = 1.0 / (9.0 * d).sqrt();
+    loop {
+        let x = normal(rng);
+        let v = (1.0 + c * x).powi(3);
+        if v <= 0.0 {
+            continue;
+        }
+        let u = 1.0 - rng.unit();
+        if u.ln() < 0.5 * x * x + d - d * v + d * v.ln() {
+            return d * v;
+        }
+    }
+}
+
+/// A standard normal draw (Box-Muller).
+fn normal(rng: &mut Rng) -> f64 {
+    let (u, v) = (1.0 - rng.unit(), rng.unit());
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+}
+
+/// The percentile-method 95% CI of `changes` (non-finite ones counted and
+/// left out).
+fn percentile_ci(change_pct: f64, mut changes: Vec<f64>) -> ChangeCi {
+    let total = changes.len();
+    changes.retain(|c| c.is_finite());
+    let non_finite = total - changes.len();
+    changes.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        changes
+            .get(((changes.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    ChangeCi {
+        change_pct,
+        ci_low_pct: q(0.025),
+        ci_high_pct: q(0.975),
+        non_finite,
+    }
+}
+
 /// The median of `v`, reordering it (a selection, not a sort).
 fn median_in_place(v: &mut [f64]) -> f64 {
     let n = v.len();
@@ -350,9 +447,12 @@ pub fn bootstrap_change_of(
     // On copies: the resamples below draw from `a` and `b` in their order.
     let change_pct = change_of(&mut a.clone(), &mut b.clone(), estimate, &mut pairs);
     let mut rng = Rng::new(seed);
+    if estimate == Estimate::Medians {
+        return medians_ci(change_pct, &a, &b, resamples, &mut rng);
+    }
     let mut buf_a = vec![0.0; a.len()];
     let mut buf_b = vec![0.0; b.len()];
-    let mut changes: Vec<f64> = (0..resamples)
+    let changes: Vec<f64> = (0..resamples)
         .map(|_| {
             for x in buf_a.iter_mut() {
                 *x = a[rng.below(a.len())];
@@ -363,22 +463,7 @@ pub fn bootstrap_change_of(
             change_of(&mut buf_a, &mut buf_b, estimate, &mut pairs)
         })
         .collect();
-    let total = changes.len();
-    changes.retain(|c| c.is_finite());
-    let non_finite = total - changes.len();
-    changes.sort_by(f64::total_cmp);
-    let q = |p: f64| {
-        changes
-            .get(((changes.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-            .unwrap_or(f64::NAN)
-    };
-    ChangeCi {
-        change_pct,
-        ci_low_pct: q(0.025),
-        ci_high_pct: q(0.975),
-        non_finite,
-    }
+    percentile_ci(change_pct, changes)
 }
 
 /// The verdict in the words of the procedure. Lower is better (latency).

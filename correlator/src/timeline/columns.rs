@@ -6,11 +6,11 @@
 use serde::{Deserialize, Serialize, de::MapAccess};
 
 use super::{Comm, OffCpu, ThreadAccount, syscalls::Site};
-use crate::columnar::{Column, StreamedRows, fill, rows_or_streamed_columns, steps};
+use crate::columnar::{Column, StreamedRows, fill, fill_steps, rows_or_columns, steps};
 use correlator_common::NUM_ACCOUNT;
 
-rows_or_streamed_columns!(offcpu, OffCpu, OffCpuColumns);
-rows_or_streamed_columns!(accounts, ThreadAccount, AccountColumns);
+rows_or_columns!(streamed offcpu, OffCpu, OffCpuColumns);
+rows_or_columns!(streamed accounts, ThreadAccount, AccountColumns);
 
 /// Written as these columns; read back by `OffCpu`'s `StreamedRows`, whose
 /// keys are these field names.
@@ -97,13 +97,7 @@ impl StreamedRows for OffCpu {
             "preempted" => fill(rows, map, |r: &mut Self, v| r.preempted = v),
             "cpu_out" => fill(rows, map, |r: &mut Self, v| r.cpu_out = v),
             "cpu_in" => fill(rows, map, |r: &mut Self, v| r.cpu_in = v),
-            "start_steps" => {
-                let mut last = 0u64;
-                fill(rows, map, move |r: &mut Self, d: i64| {
-                    last = last.wrapping_add(d as u64);
-                    r.start_ns = last;
-                })
-            }
+            "start_steps" => fill_steps(rows, map, |r: &mut Self, t| r.start_ns = t),
             "runnable_ns" => fill(rows, map, |r: &mut Self, v| r.runnable_ns = v),
             "blocked_ns" => fill(rows, map, |r: &mut Self, v| r.blocked_ns = v),
             // Kept in `end_ns` until `finish` adds the rest of the length.
@@ -168,13 +162,7 @@ impl StreamedRows for ThreadAccount {
     ) -> Result<(), A::Error> {
         match key {
             "tid" => fill(rows, map, |r: &mut Self, v| r.tid = v),
-            "epoch_steps" => {
-                let mut last = 0u64;
-                fill(rows, map, move |r: &mut Self, d: i64| {
-                    last = last.wrapping_add(d as u64);
-                    r.epoch = last;
-                })
-            }
+            "epoch_steps" => fill_steps(rows, map, |r: &mut Self, e| r.epoch = e),
             "top_syscall" => fill(rows, map, |r: &mut Self, v| r.top_syscall = v),
             "slots" => map.next_value_seed(Slots(rows)),
             _ => map.next_value::<serde::de::IgnoredAny>().map(drop),

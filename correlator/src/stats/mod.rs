@@ -450,9 +450,26 @@ pub fn bootstrap_change_of(
     if estimate == Estimate::Medians {
         return medians_ci(change_pct, &a, &b, resamples, &mut rng);
     }
+    let changes = if a.iter().chain(&b).any(|x| x.is_nan()) {
+        hodges_lehmann_resampled(&a, &b, resamples, &mut rng, &mut pairs)
+    } else {
+        hodges_lehmann_resampled_weighted(&a, &b, resamples, &mut rng)
+    };
+    percentile_ci(change_pct, changes)
+}
+
+/// Each resample's Hodges-Lehmann change, by drawing the resample and
+/// selecting the median of its n × m pairwise differences.
+fn hodges_lehmann_resampled(
+    a: &[f64],
+    b: &[f64],
+    resamples: usize,
+    rng: &mut Rng,
+    pairs: &mut Vec<f64>,
+) -> Vec<f64> {
     let mut buf_a = vec![0.0; a.len()];
     let mut buf_b = vec![0.0; b.len()];
-    let changes: Vec<f64> = (0..resamples)
+    (0..resamples)
         .map(|_| {
             for x in buf_a.iter_mut() {
                 *x = a[rng.below(a.len())];
@@ -460,10 +477,67 @@ pub fn bootstrap_change_of(
             for x in buf_b.iter_mut() {
                 *x = b[rng.below(b.len())];
             }
-            change_of(&mut buf_a, &mut buf_b, estimate, &mut pairs)
+            change_of(&mut buf_a, &mut buf_b, Estimate::HodgesLehmann, pairs)
         })
-        .collect();
-    percentile_ci(change_pct, changes)
+        .collect()
+}
+
+/// The same values as [`hodges_lehmann_resampled`] (the same draws from
+/// the same generator), without building each resample's differences: a
+/// resample's pairwise differences are the original sample's, each
+/// counted (times a drew its first value) × (times b drew its second), so
+/// its median is found by walking the original differences in order once
+/// sorted, summing those weights. A linear walk that stops at the middle,
+/// instead of a fill and a selection of n × m values: the experiments'
+/// calibration tests (200 simulated experiments each) took 40-70 s.
+fn hodges_lehmann_resampled_weighted(
+    a: &[f64],
+    b: &[f64],
+    resamples: usize,
+    rng: &mut Rng,
+) -> Vec<f64> {
+    let (n, m) = (a.len(), b.len());
+    let mut pairs: Vec<(f64, u32, u32)> = Vec::with_capacity(n * m);
+    for (i, la) in (0u32..).zip(a) {
+        for (j, lb) in (0u32..).zip(b) {
+            pairs.push((lb - la, i, j));
+        }
+    }
+    pairs.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let total = (n * m) as u64;
+    if total == 0 {
+        return vec![f64::NAN; resamples];
+    }
+    // The ranks (from 0) whose values median_in_place averages.
+    let (lo_rank, hi_rank) = if total % 2 == 1 {
+        (total / 2, total / 2)
+    } else {
+        (total / 2 - 1, total / 2)
+    };
+    let (mut ca, mut cb) = (vec![0u64; n], vec![0u64; m]);
+    (0..resamples)
+        .map(|_| {
+            ca.fill(0);
+            cb.fill(0);
+            for _ in 0..n {
+                ca[rng.below(n)] += 1;
+            }
+            for _ in 0..m {
+                cb[rng.below(m)] += 1;
+            }
+            let (mut seen, mut lo) = (0u64, f64::NAN);
+            for &(d, i, j) in &pairs {
+                seen += ca[i as usize] * cb[j as usize];
+                if lo.is_nan() && seen > lo_rank {
+                    lo = d;
+                }
+                if seen > hi_rank {
+                    return (((lo + d) / 2.0).exp() - 1.0) * 100.0;
+                }
+            }
+            f64::NAN
+        })
+        .collect()
 }
 
 /// The verdict in the words of the procedure. Lower is better (latency).

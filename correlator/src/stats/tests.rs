@@ -415,3 +415,27 @@ fn resampled_medians_match_drawn_resamples() {
         }
     }
 }
+
+/// The weighted walk gives each resample's Hodges-Lehmann change exactly
+/// as building and selecting the resample's differences does (the same
+/// draws), for odd and even sizes and with ties.
+#[test]
+fn weighted_hodges_lehmann_resamples_equal_the_direct_ones() {
+    let mut rng = Rng::new(3);
+    for (n, m) in [(5, 7), (8, 8), (20, 20), (1, 3)] {
+        let a: Vec<f64> = lognormal(&mut rng, n, 3.0, 0.3)
+            .iter()
+            .map(|x| x.ln())
+            .collect();
+        let mut b: Vec<f64> = lognormal(&mut rng, m, 3.1, 0.3)
+            .iter()
+            .map(|x| x.ln())
+            .collect();
+        if m > 2 {
+            b[1] = b[0]; // a tie
+        }
+        let direct = hodges_lehmann_resampled(&a, &b, 300, &mut Rng::new(9), &mut Vec::new());
+        let weighted = hodges_lehmann_resampled_weighted(&a, &b, 300, &mut Rng::new(9));
+        assert_eq!(direct, weighted, "{n} against {m}");
+    }
+}

@@ -226,7 +226,9 @@ fn eval(write_scores: bool) -> Result<()> {
 
 fn eval_with(testkit: &Path, write_scores: bool) -> Result<()> {
     let mut cmd = Command::new(testkit);
-    cmd.args(["eval", "--runs", "240", "--corpus"])
+    // The fixed set (seed 1) against the committed acceptance, and a
+    // freshly seeded set each time, its seed printed.
+    cmd.args(["eval", "--runs", "420", "--fresh-runs", "140", "--corpus"])
         .arg(workspace_root().join("corpus"));
     if write_scores {
         cmd.arg("--write-scores");

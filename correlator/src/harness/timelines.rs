@@ -151,6 +151,30 @@ impl Synth {
         );
     }
 
+    /// As [`Self::on_cpu`], with the samples (one per ms) split as
+    /// `samples` gives them (slot, share); the rest in user code.
+    pub fn on_cpu_sampled(
+        &mut self,
+        tid: u32,
+        at: u64,
+        len: u64,
+        kernel: &[(Account, u64)],
+        samples: &[(Account, f64)],
+    ) {
+        self.acct(tid, at, len, Account::OnCpu as usize, len);
+        for &(slot, ns) in kernel {
+            self.acct(tid, at, len, slot as usize, ns);
+        }
+        let all = len / MS;
+        let mut left = all;
+        for &(slot, share) in samples {
+            let n = ((all as f64 * share).round() as u64).min(left);
+            self.acct(tid, at, len, slot as usize, n);
+            left -= n;
+        }
+        self.acct(tid, at, len, Account::SamplesUser as usize, left);
+    }
+
     pub fn stall(&mut self, at: u64, len: u64) {
         self.stalls.push((at, len));
     }

@@ -134,7 +134,9 @@ fn null_statistics(gaps: usize, simulations: usize) -> std::sync::Arc<Vec<f64>> 
         collections::HashMap,
         sync::{Arc, Mutex, OnceLock},
     };
-    static CACHE: OnceLock<Mutex<HashMap<(usize, usize), Arc<Vec<f64>>>>> = OnceLock::new();
+    /// Sorted null statistics by (gaps, simulations).
+    type Cache = Mutex<HashMap<(usize, usize), Arc<Vec<f64>>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     if let Some(v) = cache
         .lock()

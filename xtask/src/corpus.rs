@@ -104,6 +104,8 @@ fn record(name: &str, runs: usize) -> Result<()> {
             Some("demo") => demo(&bin, recipe, &out),
             Some("redis") => redis(&bin, recipe, &out),
             Some("memcached") => memcached(&bin, recipe, &out),
+            Some("jvm") => jvm(&bin, recipe, &out),
+            Some("nginx-proxy") => nginx_proxy(&bin, recipe, &out),
             other => bail!("unknown recipe kind {other:?}"),
         };
         if let Some(d) = disturbance {
@@ -236,7 +238,21 @@ fn correlator_run(
     seconds: u32,
     extra: &[&str],
 ) -> Result<String> {
+    correlator_run_at(bin, pid, url, out, seconds, 3000, extra)
+}
+
+/// [`correlator_run`] at `rate` requests per second.
+fn correlator_run_at(
+    bin: &Path,
+    pid: u32,
+    url: &str,
+    out: &Path,
+    seconds: u32,
+    rate: u64,
+    extra: &[&str],
+) -> Result<String> {
     let duration = format!("{seconds}s");
+    let rate = rate.to_string();
     let args = [
         "run",
         "--quiet",
@@ -245,7 +261,7 @@ fn correlator_run(
         "--load",
         url,
         "--rate",
-        "3000",
+        &rate,
         "--duration",
         &duration,
     ];
@@ -367,12 +383,88 @@ fn redis(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
             }
             command
         }
+        "rare-stall" => {
+            let (c, stalls) = with_rare_stalls(port, || {
+                correlator_run(bin, server.0.id(), &url, out, RARE_STALL_SECONDS, &[])
+            });
+            let info = redis_cli(port, &["INFO", "commandstats"])?;
+            let debug_calls = info
+                .lines()
+                .find_map(|l| l.strip_prefix("cmdstat_debug:calls="))
+                .and_then(|v| v.split(',').next())
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            facts["stalls_sent"] = json!(stalls.len());
+            facts["stall_ms"] = json!(RARE_STALL_MS);
+            facts["stall_offsets_ms"] = json!(stalls);
+            facts["cmdstat_debug_calls"] = json!(debug_calls);
+            let command = c?;
+            // Redis's own count: the stalls happened, or no reader could
+            // see them.
+            if debug_calls < 3 || debug_calls != stalls.len() as u64 {
+                bail!(
+                    "{debug_calls} DEBUG SLEEPs counted by redis, {} sent",
+                    stalls.len()
+                );
+            }
+            command
+        }
         other => bail!("unknown redis mode {other}"),
     };
     facts["command"] = json!(command);
     drop(server);
     let _ = std::fs::remove_dir_all(&dump);
     Ok(facts)
+}
+
+/// The rare-stall case: `DEBUG SLEEP` of 3 ms (redis's one thread
+/// sleeps, every request behind it waits) at Poisson times, one per
+/// 10,000 requests of the 3,000 req/s load on average.
+const RARE_STALL_MS: u64 = 3;
+const RARE_STALL_SECONDS: u32 = 24;
+
+/// Runs `f` while a side client stalls redis at random; returns what `f`
+/// returned and the stalls' offsets (ms from the start).
+fn with_rare_stalls<T>(port: u16, f: impl FnOnce() -> T) -> (T, Vec<u64>) {
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stalls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let side = {
+        let (done, stalls) = (std::sync::Arc::clone(&done), std::sync::Arc::clone(&stalls));
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            // Mean gap: 10,000 requests at 3,000 req/s.
+            let mean_ms = 10_000.0 / 3_000.0 * 1000.0;
+            let mut state = u64::from(port) | 1;
+            // Stay clear of the first and last second of the run.
+            std::thread::sleep(Duration::from_millis(1500));
+            loop {
+                // xorshift: no dependency for one exponential draw.
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+                let gap = (-(1.0 - u).ln() * mean_ms).clamp(200.0, 4.0 * mean_ms);
+                std::thread::sleep(Duration::from_millis(gap as u64));
+                let at = started.elapsed().as_millis() as u64;
+                if done.load(std::sync::atomic::Ordering::Relaxed)
+                    || at > u64::from(RARE_STALL_SECONDS) * 1000 - 1500
+                {
+                    return;
+                }
+                let secs = format!("{:.3}", RARE_STALL_MS as f64 / 1000.0);
+                if redis_cli(port, &["DEBUG", "SLEEP", &secs]).is_ok()
+                    && let Ok(mut s) = stalls.lock()
+                {
+                    s.push(at);
+                }
+            }
+        })
+    };
+    let out = f();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = side.join();
+    let stalls = stalls.lock().map(|s| s.clone()).unwrap_or_default();
+    (out, stalls)
 }
 
 fn memcached(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
@@ -407,6 +499,159 @@ fn memcached(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
         other => bail!("unknown memcached mode {other}"),
     };
     Ok(json!({ "command": command }))
+}
+
+fn recipes_dir() -> PathBuf {
+    corpus_dir().join("recipes")
+}
+
+/// The JVM case: corpus/recipes/GcServer.java on Debian's OpenJDK 17 with
+/// the serial collector (stop-the-world young collections), its pauses
+/// timed by the JVM's own gc log, into the facts.
+fn jvm(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
+    let num = |k: &str| {
+        recipe[k]
+            .as_u64()
+            .with_context(|| format!("jvm recipe: {k}"))
+            .map(|v| v.to_string())
+    };
+    let (garbage_kb, kept_kb, kept) = (num("garbage_kb")?, num("kept_kb")?, num("kept_requests")?);
+    let port = free_port()?;
+    let tmp = workspace_root().join(format!("target/corpus-jvm-{port}"));
+    std::fs::create_dir_all(&tmp)?;
+    let gc_log = tmp.join("gc.log");
+    let heap = recipe["heap"].as_str().unwrap_or("-Xmx512m");
+    let young = recipe["young"].as_str().unwrap_or("-Xmn64m");
+    let server = Server(
+        Command::new("taskset")
+            .args(["-c", "1", "java", "-XX:+UseSerialGC", heap, young])
+            .arg(format!("-Xlog:gc:file={}:uptimenanos", gc_log.display()))
+            .arg(recipes_dir().join("GcServer.java"))
+            .args([port.to_string(), garbage_kb, kept_kb, kept])
+            .stdout(Stdio::null())
+            .spawn()
+            .context("java (Debian's openjdk-17-jdk-headless)")?,
+    );
+    wait_listening(port)?;
+    let url = format!("http://127.0.0.1:{port}/");
+    // Warm up: the JIT compiles the handler before the recording starts.
+    let warm = correlator_run(bin, server.0.id(), &url, &tmp.join("warm.run"), 3, &[]);
+    let log_start = std::fs::metadata(&gc_log).map(|m| m.len()).unwrap_or(0);
+    let command = correlator_run(bin, server.0.id(), &url, out, 12, &[]);
+    drop(server);
+    warm?;
+    let command = command?;
+    let log = std::fs::read(&gc_log).context("the JVM wrote no gc log")?;
+    let log = String::from_utf8_lossy(&log[log_start as usize..]);
+    let pauses = gc_pauses(&log);
+    let _ = std::fs::remove_dir_all(&tmp);
+    if pauses.len() < 6 {
+        bail!("only {} collections in the run", pauses.len());
+    }
+    let ms: Vec<f64> = pauses.iter().map(|p| p.1).collect();
+    let gaps: Vec<f64> = pauses.windows(2).map(|w| (w[1].0 - w[0].0) * 1e3).collect();
+    Ok(json!({
+        "command": command,
+        "gc_pauses": pauses.len(),
+        "gc_pause_total_ms": (ms.iter().sum::<f64>() * 1000.0).round() / 1000.0,
+        "gc_pause_max_ms": ms.iter().copied().fold(0.0, f64::max),
+        "gc_pause_ms": ms,
+        "gc_interval_ms": gaps.iter().map(|g| g.round()).collect::<Vec<_>>(),
+    }))
+}
+
+/// The JVM's pauses in its gc log: (uptime in s, pause in ms), from lines
+/// such as `[12345678ns] GC(3) Pause Young (Allocation Failure) 60M->9M(500M) 4.321ms`.
+fn gc_pauses(log: &str) -> Vec<(f64, f64)> {
+    log.lines()
+        .filter(|l| l.contains(" Pause "))
+        .filter_map(|l| {
+            let ns: f64 = l.strip_prefix('[')?.split("ns]").next()?.parse().ok()?;
+            let ms: f64 = l
+                .trim_end()
+                .strip_suffix("ms")?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((ns / 1e9, ms))
+        })
+        .collect()
+}
+
+/// The proxy case: Debian's nginx (one process, pinned to CPU 1) in front
+/// of corpus/recipes/stalling_backend.py (CPython, on CPU 0), whose one
+/// thread stalls on one request in `one_in`: the backend's own list of
+/// its stalls goes into the facts.
+fn nginx_proxy(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
+    let num = |k: &str| {
+        recipe[k]
+            .as_u64()
+            .with_context(|| format!("nginx-proxy recipe: {k}"))
+    };
+    let (stall_ms, one_in) = (num("stall_ms")?, num("one_in")?);
+    let (port, backend_port) = (free_port()?, free_port()?);
+    let tmp = workspace_root().join(format!("target/corpus-nginx-{port}"));
+    std::fs::create_dir_all(&tmp)?;
+    let backend_facts = tmp.join("backend.json");
+    let backend = Server(
+        Command::new("taskset")
+            .args(["-c", "0", "/usr/bin/python3"])
+            .arg(recipes_dir().join("stalling_backend.py"))
+            .args([
+                backend_port.to_string(),
+                stall_ms.to_string(),
+                one_in.to_string(),
+                port.to_string(),
+            ])
+            .arg(&backend_facts)
+            .spawn()
+            .context("python3 (Debian's)")?,
+    );
+    wait_listening(backend_port)?;
+    let t = tmp.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {t}/nginx.pid;\nerror_log {t}/error.log error;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{\n  access_log off;\n  keepalive_requests 1000000;\n  keepalive_timeout 600s;\n  client_body_temp_path {t}/body;\n  proxy_temp_path {t}/proxy;\n\
+           fastcgi_temp_path {t}/fastcgi;\n  uwsgi_temp_path {t}/uwsgi;\n  scgi_temp_path {t}/scgi;\n\
+           upstream backend {{ server 127.0.0.1:{backend_port}; keepalive 64; }}\n\
+           server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://backend;\n\
+               proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n"
+    );
+    std::fs::write(tmp.join("nginx.conf"), conf)?;
+    let nginx = Server(
+        Command::new("taskset")
+            .args(["-c", "1", "/usr/sbin/nginx", "-p"])
+            .arg(&tmp)
+            .arg("-c")
+            .arg(tmp.join("nginx.conf"))
+            .spawn()
+            .context("nginx (Debian's nginx-light)")?,
+    );
+    wait_listening(port)?;
+    let url = format!("http://127.0.0.1:{port}/");
+    let rate = recipe["rate"].as_u64().unwrap_or(2000);
+    let command = correlator_run_at(bin, nginx.0.id(), &url, out, 12, rate, &[]);
+    drop(nginx);
+    drop(backend);
+    let command = command?;
+    let truth: Value = serde_json::from_str(
+        &std::fs::read_to_string(&backend_facts).context("the backend wrote no facts")?,
+    )?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    let stalls = truth["stalls"].as_u64().unwrap_or(0);
+    if one_in > 0 && stalls < 5 {
+        bail!("the backend stalled only {stalls} times");
+    }
+    Ok(json!({
+        "command": command,
+        "backend": "python3 corpus/recipes/stalling_backend.py (on CPU 0)",
+        "backend_served": truth["served"],
+        "backend_stalls": stalls,
+        "backend_stall_ms": stall_ms,
+        "backend_one_in": one_in,
+    }))
 }
 
 /// Steal ticks of all CPUs so far (/proc/stat).

@@ -119,6 +119,13 @@ fn testkit_path() -> PathBuf {
 fn test(full: bool) -> Result<()> {
     let started = std::time::Instant::now();
     let tier = if full { "full" } else { "fast" };
+    // Each phase's time, printed at the end.
+    let mut phases: Vec<(&str, f64)> = Vec::new();
+    let mut phase_start = std::time::Instant::now();
+    let mut lap = |name: &'static str, phases: &mut Vec<(&str, f64)>| {
+        phases.push((name, phase_start.elapsed().as_secs_f64()));
+        phase_start = std::time::Instant::now();
+    };
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     layers::run()?;
     run(cargo().args([
@@ -134,6 +141,10 @@ fn test(full: bool) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    lap(
+        "fmt, layers, clippy (with the build of dependencies)",
+        &mut phases,
+    );
     // Unit tests (the library's, the binaries', xtask's) measure nothing
     // live: both CPUs.
     run(cargo().args([
@@ -144,6 +155,7 @@ fn test(full: bool) -> Result<()> {
         "--lib",
         "--bins",
     ]))?;
+    lap("unit tests (with their build)", &mut phases);
     // The integration tests one at a time: live tests measure a shared
     // 2-core machine and must not perturb each other.
     let remeasured = workspace_root().join("target/tmp/host-remeasured.txt");
@@ -164,6 +176,7 @@ fn test(full: bool) -> Result<()> {
         args.push("--include-ignored");
     }
     let tests = run(cargo().args(&args));
+    lap("integration and live tests (with their build)", &mut phases);
     print_times(&times, tier);
     // A passing test's output is captured: say here which live tests were
     // measured again because the host disturbed an attempt (tests/host.rs).
@@ -176,7 +189,12 @@ fn test(full: bool) -> Result<()> {
     tests?;
     // The testkit the integration tests just built (a `cargo build -p
     // correlator` of it would unify features differently and rebuild).
-    eval_with(&testkit_path(), false)?;
+    let evaluated = eval_with(&testkit_path(), false);
+    lap("eval", &mut phases);
+    for (name, secs) in &phases {
+        eprintln!("xtask: {secs:>7.1} s  {name}");
+    }
+    evaluated?;
     eprintln!(
         "xtask: test ({tier} tier) took {:.1} min in all",
         started.elapsed().as_secs_f64() / 60.0
@@ -218,7 +236,7 @@ fn print_times(path: &Path, tier: &str) {
     }
 }
 
-/// `correlator-testkit eval`: the labelled corpus, then 240 synthetic runs (see
+/// `correlator-testkit eval`: the labelled corpus, then 420 + 140 synthetic runs (see
 /// harness/eval.rs and harness/corpus.rs).
 fn eval(write_scores: bool) -> Result<()> {
     eval_with(&build_testkit()?, write_scores)

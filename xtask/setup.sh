@@ -12,6 +12,17 @@ LLVM=22
 BPF_LINKER_VERSION=0.13.0
 # Debian packages used by the tests and benchmarks (real servers and reference tools).
 TEST_PACKAGES=(redis-server memcached nginx-light stress-ng linux-perf bpftrace wrk prometheus)
+# Debian packages only `cargo xtask corpus record` needs (the corpus's real
+# software beside the test packages): installed by `setup.sh --corpus`, so the
+# test command's set-up does not fetch a JDK it does not use.
+CORPUS_PACKAGES=(openjdk-17-jdk-headless python3)
+WITH_CORPUS=0
+for arg in "$@"; do
+    case "$arg" in
+        --corpus) WITH_CORPUS=1 ;;
+        *) echo "setup: unknown argument $arg (usage: $0 [--corpus])" >&2; exit 2 ;;
+    esac
+done
 
 say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 
@@ -38,6 +49,9 @@ apt_install() {
 
 need_root
 apt_install "llvm-${LLVM}-dev" "libpolly-${LLVM}-dev" build-essential pkg-config "${TEST_PACKAGES[@]}"
+if [ "$WITH_CORPUS" -eq 1 ]; then
+    apt_install "${CORPUS_PACKAGES[@]}"
+fi
 
 # Debian starts these services on install; tests start their own instances on
 # private ports, so the system-wide ones are stopped to keep the 2-core VM quiet.

@@ -530,7 +530,9 @@ fn jvm(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
             .args([port.to_string(), garbage_kb, kept_kb, kept])
             .stdout(Stdio::null())
             .spawn()
-            .context("java (Debian's openjdk-17-jdk-headless: ./xtask/setup.sh --corpus installs it)")?,
+            .context(
+                "java (Debian's openjdk-17-jdk-headless: ./xtask/setup.sh --corpus installs it)",
+            )?,
     );
     wait_listening(port)?;
     let url = format!("http://127.0.0.1:{port}/");

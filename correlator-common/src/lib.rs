@@ -193,6 +193,26 @@ pub struct OffCpuRecord {
     /// switch-out; negative: none (see [`NO_STACK`]) or the kernel's error.
     pub kstack: i32,
     pub ustack: i32,
+    /// The blocked part's waker (see `ThreadState::waker_tid`); context 0
+    /// when none was seen (preempted, or woken before the probes saw it).
+    pub waker_tid: u32,
+    pub waker_tgid: u32,
+    pub waker_context: u32,
+    pub _pad: u32,
+}
+
+/// The context a wakeup ran in, as the kernel side encodes it: a task
+/// (the waker is the current task: an unlock, a condvar signal, a write to
+/// a pipe), a hard IRQ or a softirq (then the current task is only whoever
+/// was interrupted: an I/O completion or a packet's receive woke it).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WakeContext {
+    None = 0,
+    Task = 1,
+    HardIrq = 2,
+    /// `Softirq as u32 + vec` for softirq vector `vec` (0..10).
+    Softirq = 3,
 }
 
 /// A stack id that was not asked for (`--stacks` off, or a user-mode
@@ -586,7 +606,12 @@ pub struct ThreadState {
     /// Bucket the account below belongs to.
     pub acct_epoch: u64,
     pub top_syscall: u32,
-    pub _pad3: u32,
+    /// Who woke the thread from its current blocked interval, seen by
+    /// `sched_waking` in the waker's own context: its tid and tgid, and
+    /// [`WakeContext`] as u32 (0: no waking seen yet).
+    pub waker_tid: u32,
+    pub waker_tgid: u32,
+    pub waker_context: u32,
     pub top_syscall_ns: u64,
     pub acct: [u64; NUM_ACCOUNT],
 }
@@ -639,6 +664,11 @@ pub struct CpuState {
     /// bounded by a mask the verifier can follow (LLVM drops the `< 10`
     /// check in favour of `& 15`).
     pub softirqs: [u64; 16],
+    /// Whether a hard IRQ runs on this CPU now (1) and which softirq (its
+    /// vector plus one, 0: none), kept for every IRQ, timed or not, so that
+    /// a wakeup can tell an interrupt's wakeup from the interrupted task's.
+    pub in_hardirq: u32,
+    pub in_softirq: u32,
 }
 
 #[cfg(feature = "user")]

@@ -83,6 +83,7 @@ pub(crate) fn hardirq_entry() {
     if let Some(cpu) = cpu_state() {
         // SAFETY: per-CPU value; hard IRQs do not nest.
         let state = unsafe { &mut *cpu };
+        state.in_hardirq = 1;
         let (start, waiting) = irq_start(state);
         state.hardirq_start = start;
         state.hardirq_steal_mark = if start != 0 { steal_now(state) } else { 0 };
@@ -99,6 +100,7 @@ pub(crate) fn hardirq_exit(kind: IrqKind) {
     let Some(cpu) = cpu_state() else { return };
     // SAFETY: per-CPU value; hard IRQs do not nest.
     let state = unsafe { &mut *cpu };
+    state.in_hardirq = 0;
     let start = state.hardirq_start;
     // Unlike softirqs, a hard IRQ that wakes a target thread is not timed
     // from the wakeup: what is left of it is microseconds, and remote
@@ -161,14 +163,17 @@ hardirq_programs! {
 
 // ---------------------------------------------------------------- softirqs
 
+/// softirq_entry(unsigned int vec_nr)
 #[btf_tracepoint(function = "softirq_entry")]
-pub fn softirq_entry(_ctx: BtfTracePointContext) -> i32 {
+pub fn softirq_entry(ctx: BtfTracePointContext) -> i32 {
     if config!(floor_only) != 0 {
         return 0;
     }
     if let Some(cpu) = cpu_state() {
         // SAFETY: per-CPU value; softirqs do not nest on a CPU.
         let state = unsafe { &mut *cpu };
+        let vec: u32 = arg(&ctx, 0);
+        state.in_softirq = (vec & 15) + 1;
         let (start, waiting) = irq_start(state);
         state.softirq_start = start;
         state.softirq_nested_ns = 0;
@@ -191,6 +196,7 @@ pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
     let Some(cpu) = cpu_state() else { return 0 };
     // SAFETY: per-CPU value; softirqs do not nest on a CPU.
     let state = unsafe { &mut *cpu };
+    state.in_softirq = 0;
     let start = state.softirq_start;
     if start == 0 {
         // A softirq that woke a target thread (a packet for it, among a

@@ -6,7 +6,7 @@ use aya_ebpf::{
 };
 use correlator_common::{
     Account, Counter, CpuState, NO_STACK, OffCpuKind, OffCpuRecord, SITE_BY_STATE, SYSCALL_SLOTS,
-    ThreadState, Total, WaitSite,
+    ThreadState, Total, WaitSite, WakeContext,
 };
 
 use crate::{
@@ -276,6 +276,7 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     state.next_ran_ns = 0;
     state.off_kstack = out.kstack;
     state.off_ustack = out.ustack;
+    state.waker_context = WakeContext::None as u32;
     // Named by note_runner when that task's slice ends (or by userspace).
     state.next_comm[0] = 0;
     if runnable {
@@ -351,6 +352,14 @@ pub(crate) fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64,
                 site: st.off_site,
                 kstack: st.off_kstack,
                 ustack: st.off_ustack,
+                waker_tid: st.waker_tid,
+                waker_tgid: st.waker_tgid,
+                waker_context: if st.off_kind == OffCpuKind::Blocked as u32 {
+                    st.waker_context
+                } else {
+                    WakeContext::None as u32
+                },
+                _pad: 0,
             });
             entry.submit(BPF_RB_NO_WAKEUP as u64);
         }
@@ -401,6 +410,47 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
             (*remote).waiting_tid = pid;
             (*remote).last_switch_ts = ts;
         }
+    }
+    0
+}
+
+/// Who ends a target thread's blocked interval. sched_waking fires in the
+/// waker's context (try_to_wake_up's caller, or the IRQ it runs in);
+/// sched_wakeup does not: a wakeup onto an idle CPU is queued there and
+/// finished from an IPI, where the current task is whatever ran on that
+/// CPU (often the idle task). The first waking of the interval wins (a
+/// second one finds the thread already runnable and does not trace).
+/// One hash lookup for every wakeup on the machine, as sched_wakeup
+/// already pays; the rest only for target threads.
+/// sched_waking(task *p)
+#[btf_tracepoint(function = "sched_waking")]
+pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let task: *const u8 = arg(&ctx, 0);
+    let Some(st) = thread(task_pid(task)) else {
+        return 0;
+    };
+    // SAFETY: map value; the woken thread is off the CPU, so only its
+    // wakeup writes it now.
+    unsafe {
+        if (*st).off_kind != OffCpuKind::Blocked as u32
+            || (*st).wakeup_ts != 0
+            || (*st).waker_context != WakeContext::None as u32
+        {
+            return 0;
+        }
+        let id = aya_ebpf::helpers::bpf_get_current_pid_tgid();
+        (*st).waker_tid = id as u32;
+        (*st).waker_tgid = (id >> 32) as u32;
+        (*st).waker_context = match cpu_state() {
+            Some(cpu) if (*cpu).in_hardirq != 0 => WakeContext::HardIrq as u32,
+            Some(cpu) if (*cpu).in_softirq != 0 => {
+                WakeContext::Softirq as u32 + ((*cpu).in_softirq - 1)
+            }
+            _ => WakeContext::Task as u32,
+        };
     }
     0
 }

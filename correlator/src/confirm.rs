@@ -188,6 +188,9 @@ fn knob_for(
         CauseKind::PageFaults => code("the faults are the server's own memory use"),
         CauseKind::MajorFaults => code("keep the file resident (mlock, vmtouch)"),
         CauseKind::Blocking => code("the server waits on its own lock, I/O or sleep"),
+        CauseKind::GarbageCollection => {
+            code("the runtime's collector settings and the server's allocation")
+        }
         CauseKind::Syscall => code("the server's own syscalls"),
         CauseKind::OnCpu => code("the server's own code"),
         CauseKind::Queueing => Plan::NotConfirmable {

@@ -24,7 +24,7 @@ use super::kernel::{OffKind, Threads};
 use crate::probes::SyscallTime;
 use crate::runfile::RunFile;
 use crate::timeline::{
-    SyscallSpan, ThreadAccount,
+    SyscallSpan, ThreadAccount, WakeContext,
     syscalls::{self, Site},
 };
 
@@ -91,6 +91,27 @@ pub struct TimeAccount {
     /// The syscall the thread blocked in most (e.g. "futex").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_site: Option<String>,
+    /// Blocked until a managed runtime's collector thread woke it (the
+    /// JVM's VM Thread ending a safepoint, see `runtimes`): the runtime's
+    /// pause, apart from the blocked sites above; and which thread.
+    #[serde(default)]
+    pub runtime_pause_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector: Option<String>,
+    /// Who woke the thread from those waits (the lock's releaser, the
+    /// condvar's signaller, the I/O's completion), most of the blocked
+    /// time, and how much of it that waker ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub woken_by: Option<String>,
+    #[serde(default)]
+    pub woken_by_ns: u64,
+    /// What that waker did most while the thread waited for it, when it
+    /// is a thread the probes follow (e.g. "blocked in clock_nanosleep":
+    /// the holder slept), and for how long within the thread's waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waker_meanwhile: Option<String>,
+    #[serde(default)]
+    pub waker_meanwhile_ns: u64,
     /// Waiting for work (epoll, accept, a socket read): not a delay the
     /// server caused.
     pub idle_ns: u64,
@@ -123,7 +144,8 @@ impl TimeAccount {
     /// Waiting off the CPU (wait sites other than idle) and spinning on
     /// kernel locks on it: the lock, I/O, sleep and other waits.
     pub fn blocked_ns(&self) -> u64 {
-        self.lock_spin_ns
+        self.runtime_pause_ns
+            + self.lock_spin_ns
             + self.blocked_lock_ns
             + self.blocked_io_ns
             + self.blocked_fault_ns
@@ -182,6 +204,14 @@ struct Sums {
     by_syscall: HashMap<String, f64>,
     by_wait: HashMap<String, f64>,
     by_runner: HashMap<String, f64>,
+    /// Blocked until a runtime's collector woke it, and by which.
+    runtime_pause: f64,
+    by_collector: HashMap<String, f64>,
+    /// Blocked time (idle waits aside) by who woke it.
+    by_waker: HashMap<String, f64>,
+    /// Within those waits, by waker, what the waker itself did (its own
+    /// off-CPU records): the second link of the wait-for chain.
+    waker_did: HashMap<String, HashMap<String, f64>>,
 }
 
 /// Every thread's records, indexed for window queries.
@@ -332,12 +362,37 @@ impl<'a> Accounts<'a> {
             }
             match span.kind {
                 OffKind::Blocked => {
+                    if let Some(w) = &r.waker
+                        && w.context == WakeContext::Task
+                        && w.tgid == r.tgid
+                        && let Some(runtime) = super::runtimes::collector(w.comm.as_str())
+                    {
+                        s.runtime_pause += o;
+                        *s.by_collector
+                            .entry(format!("{runtime}: {}", w.describe()))
+                            .or_default() += o;
+                        continue;
+                    }
                     *s.blocked.entry(r.site).or_default() += o;
                     if r.site != Site::Idle {
                         let what = r
                             .syscall
                             .map_or_else(|| "page fault".to_string(), syscalls::name);
                         *s.by_wait.entry(what).or_default() += o;
+                        if let Some(w) = &r.waker {
+                            let who = w.describe();
+                            *s.by_waker.entry(who.clone()).or_default() += o;
+                            if w.context == WakeContext::Task && w.tid != tid {
+                                let from = span.start_ns.max(start);
+                                let to = span.end_ns.min(end);
+                                self.waker_during(
+                                    w.tid,
+                                    from,
+                                    to,
+                                    s.waker_did.entry(who).or_default(),
+                                );
+                            }
+                        }
                     }
                 }
                 OffKind::Runnable => {
@@ -376,6 +431,31 @@ impl<'a> Accounts<'a> {
             }
         }
         s
+    }
+
+    /// What thread `tid` did in [from, to], by its own off-CPU records:
+    /// blocked (in which syscall) or waiting for a CPU (behind whom). The
+    /// rest of the span it was on the CPU or not followed by the probes
+    /// (a thread of another process): left out, not guessed.
+    fn waker_during(&self, tid: u32, from: u64, to: u64, did: &mut HashMap<String, f64>) {
+        for span in self
+            .threads
+            .overlapping(from, to)
+            .filter(|sp| sp.record.tid == tid)
+        {
+            let o = span.overlap(from, to) as f64;
+            let r = span.record;
+            let what = match span.kind {
+                OffKind::Blocked => format!(
+                    "blocked in {}",
+                    r.syscall
+                        .map_or_else(|| "a page fault".to_string(), syscalls::name)
+                ),
+                OffKind::Runnable if r.next_comm.is_empty() => "waiting for a CPU".to_string(),
+                OffKind::Runnable => format!("waiting for a CPU while {} ran", r.next_comm),
+            };
+            *did.entry(what).or_default() += o;
+        }
     }
 
     fn thread_window(&self, tid: u32, start: u64, end: u64) -> TimeAccount {
@@ -489,6 +569,12 @@ impl<'a> Accounts<'a> {
             blocked_sleep_ns: blocked(Site::Sleep) as u64,
             blocked_other_ns: blocked(Site::Other) as u64,
             wait_site: top(&by_wait),
+            runtime_pause_ns: s.runtime_pause as u64,
+            collector: top(&s.by_collector),
+            woken_by: None,
+            woken_by_ns: 0,
+            waker_meanwhile: None,
+            waker_meanwhile_ns: 0,
             idle_ns: blocked(Site::Idle) as u64,
             hardirq_ns: hardirq as u64,
             softirq_ns: softirq as u64,
@@ -498,6 +584,16 @@ impl<'a> Accounts<'a> {
             unexplained_ns: 0,
             explained_share: 0.0,
         };
+        if let Some(who) = top(&s.by_waker) {
+            account.woken_by_ns = s.by_waker.get(&who).copied().unwrap_or(0.0) as u64;
+            if let Some(did) = s.waker_did.get(&who)
+                && let Some(what) = top(did)
+            {
+                account.waker_meanwhile_ns = did.get(&what).copied().unwrap_or(0.0) as u64;
+                account.waker_meanwhile = Some(what);
+            }
+            account.woken_by = Some(who);
+        }
         if let Some((name, ns)) = s.by_syscall.iter().max_by(|a, b| a.1.total_cmp(b.1)) {
             account.top_syscall = Some(name.clone());
             account.top_syscall_ns = *ns as u64;

@@ -21,6 +21,9 @@ pub enum CauseKind {
     Preemption,
     /// Blocked on a lock, I/O, a sleep or another wait (named).
     Blocking,
+    /// Stopped by a managed runtime's pause: blocked until the runtime's
+    /// collector thread (the JVM's VM Thread) woke it (see `runtimes`).
+    GarbageCollection,
     Hardirq,
     Softirq,
     /// On-CPU kernel time in one syscall (named).
@@ -54,6 +57,7 @@ impl CauseKind {
             CauseKind::Migrations => "migrations",
             CauseKind::Preemption => "preemption",
             CauseKind::Blocking => "blocking",
+            CauseKind::GarbageCollection => "garbage_collection",
             CauseKind::Hardirq => "hardirq",
             CauseKind::Softirq => "softirq",
             CauseKind::Syscall => "syscall",
@@ -104,6 +108,7 @@ impl CauseKind {
                     + a.blocked_sleep_ns
                     + a.blocked_other_ns
             }
+            CauseKind::GarbageCollection => a.runtime_pause_ns,
             CauseKind::Hardirq => a.hardirq_ns,
             CauseKind::Softirq => a.softirq_ns,
             CauseKind::Syscall => a.syscall_ns,
@@ -128,6 +133,7 @@ impl CauseKind {
                 "find what the thread waits on{} (lock holder, I/O) and shorten or remove it; re-measure",
                 detail.map_or(String::new(), |d| format!(" in {d}"))
             ),
+            CauseKind::GarbageCollection => "shorten or spread the pauses: a larger young generation or heap, a concurrent collector (G1, ZGC), less allocation per request; re-measure (the JVM's own -Xlog:gc shows each pause)".into(),
             CauseKind::Hardirq => "move IRQ affinity away from the server's CPUs (knob irq-affinity=IRQ:CPULIST) and re-measure".into(),
             CauseKind::Softirq => "steer softirq work (RPS / IRQ affinity, knob rps=DEV:CPULIST) away from the server's CPUs, or pin the server elsewhere; re-measure".into(),
             CauseKind::Syscall => format!(
@@ -151,12 +157,13 @@ impl std::fmt::Display for CauseKind {
 
 /// Categories tested against the baseline (`Queueing` is `OnCpu` under a
 /// load-correlated signature, decided by the sweep, not by this test).
-pub(crate) const SERVER_CAUSES: [CauseKind; 9] = [
+pub(crate) const SERVER_CAUSES: [CauseKind; 10] = [
     CauseKind::PageFaults,
     CauseKind::MajorFaults,
     CauseKind::Migrations,
     CauseKind::Preemption,
     CauseKind::Blocking,
+    CauseKind::GarbageCollection,
     CauseKind::Hardirq,
     CauseKind::Softirq,
     CauseKind::Syscall,

@@ -80,7 +80,13 @@ impl PathCategory {
                 Blocked(Site::Lock | Site::Io | Site::Sleep | Site::Other) | PathCategory::LockSpin
             ),
             CauseKind::Preemption => self == Runnable,
-            CauseKind::Hardirq | CauseKind::Steal | CauseKind::Idle | CauseKind::CpuWakeup => false,
+            // A stack of the waiting thread shows the safepoint's barrier,
+            // not the collector's work: its time comes from the waker.
+            CauseKind::GarbageCollection
+            | CauseKind::Hardirq
+            | CauseKind::Steal
+            | CauseKind::Idle
+            | CauseKind::CpuWakeup => false,
         }
     }
 

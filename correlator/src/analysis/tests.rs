@@ -209,6 +209,71 @@ fn sporadic_blocking_names_the_wait() {
     assert!(a.classification.causes[0].evidence.contains("futex"));
 }
 
+/// A lock held by a thread that sleeps while holding it: the waits are
+/// named by who ended them and what that thread did meanwhile.
+#[test]
+fn a_blocked_wait_names_its_waker_and_what_the_waker_did() {
+    const HOLDER: u32 = SERVER + 1;
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 12 * MS);
+        s.blocked_woken(SERVER, at, 12 * MS, Site::Lock, Some(202), HOLDER, "holder");
+        // The holder took the lock just before, slept 11 ms (nanosleep is
+        // syscall 35) and released it.
+        s.blocked(HOLDER, at, 11 * MS, Site::Sleep, Some(35));
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    assert_verdict(&a, Signature::Sporadic, CauseKind::Blocking);
+    let evidence = &a.classification.causes[0].evidence;
+    assert!(
+        evidence.contains(&format!(
+            "until holder (tid {HOLDER}) woke it (100% of that time)"
+        )),
+        "{evidence}"
+    );
+    assert!(
+        evidence.contains("itself blocked in nanosleep"),
+        "{evidence}"
+    );
+}
+
+/// A JVM's safepoint: the serving thread blocked in futex until the VM
+/// Thread ended the pause is the runtime's collection, not a lock.
+#[test]
+fn a_wait_the_jvms_vm_thread_ends_is_garbage_collection() {
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 12 * MS);
+        s.blocked_woken(
+            SERVER,
+            at,
+            12 * MS,
+            Site::Lock,
+            Some(202),
+            SERVER + 1,
+            "VM Thread",
+        );
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    assert_verdict(&a, Signature::Sporadic, CauseKind::GarbageCollection);
+    let cause = &a.classification.causes[0];
+    assert!(
+        cause.evidence.contains("JVM: VM Thread"),
+        "{}",
+        cause.evidence
+    );
+    assert!(
+        !a.classification
+            .causes
+            .iter()
+            .any(|c| c.cause == CauseKind::Blocking),
+        "{:#?}",
+        a.classification.causes
+    );
+}
+
 /// A server whose 6 ms stalls are 20 sporadic stretches on the CPU in a
 /// syscall, with `kernel` of each in the given account slots.
 fn spinning_server(kernel: &[(Account, u64)]) -> Analysis {

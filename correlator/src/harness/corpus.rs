@@ -52,12 +52,10 @@ enum Truth {
 }
 
 /// Causes the corpus's real software shows that the analysis has no
-/// kind for yet (issues 36 and 37 name them).
+/// kind for yet (issue 37 names them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum UnnamedCause {
-    /// A managed runtime's collector stopping the server's threads.
-    GarbageCollection,
     /// The server waiting on a slow backend it sends requests to.
     Upstream,
 }
@@ -366,12 +364,12 @@ mod tests {
     fn truths_read_named_and_unnamed_causes() {
         let c = case(
             r#"{"name": "x", "signature": "periodic",
-                "causes": ["garbage_collection", "blocking"], "also": []}"#,
+                "causes": ["upstream", "blocking"], "also": []}"#,
         );
         assert_eq!(
             c.causes,
             vec![
-                Truth::Unnamed(UnnamedCause::GarbageCollection),
+                Truth::Unnamed(UnnamedCause::Upstream),
                 Truth::Named(CauseKind::Blocking)
             ]
         );

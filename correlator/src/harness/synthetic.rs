@@ -102,6 +102,7 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
                 site: crate::timeline::syscalls::Site::Other,
                 kstack: None,
                 ustack: None,
+                waker: None,
             }
         })
         .collect();

@@ -239,6 +239,7 @@ impl Synth {
             site,
             kstack: None,
             ustack: None,
+            waker: None,
         });
     }
 
@@ -248,6 +249,30 @@ impl Synth {
 
     pub fn blocked(&mut self, tid: u32, start: u64, len: u64, site: Site, syscall: Option<u32>) {
         self.off(tid, start, 30 * US, len, false, "", site, syscall);
+    }
+
+    /// As [`Self::blocked`], woken by thread `waker` (named `name`) of the
+    /// same process, from its own code.
+    #[allow(clippy::too_many_arguments)]
+    pub fn blocked_woken(
+        &mut self,
+        tid: u32,
+        start: u64,
+        len: u64,
+        site: Site,
+        syscall: Option<u32>,
+        waker: u32,
+        name: &str,
+    ) {
+        self.blocked(tid, start, len, site, syscall);
+        if let Some(last) = self.offcpu.last_mut() {
+            last.waker = Some(crate::timeline::Waker {
+                tid: waker,
+                tgid: last.tgid,
+                comm: name.into(),
+                context: crate::timeline::WakeContext::Task,
+            });
+        }
     }
 
     /// The serving thread's ordinary life between requests: idle in

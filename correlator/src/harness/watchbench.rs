@@ -108,6 +108,7 @@ pub fn run(a: &WatchBenchArgs) -> Result<()> {
                     site: Site::Idle,
                     kstack: None,
                     ustack: None,
+                    waker: None,
                 });
                 let mut ns = [0u64; NUM_ACCOUNT];
                 ns[0] = len;

@@ -22,10 +22,11 @@ use crate::latency::passive::PassiveSource;
 /// BTF tracepoints attached (program name = tracepoint name). BTF
 /// tracepoints skip the classic tracepoints' formatting of every event into
 /// a perf buffer, which alone slowed a context-switch heavy load by ~10%.
-pub const TRACEPOINTS: [&str; 23] = [
+pub const TRACEPOINTS: [&str; 24] = [
     "sys_enter",
     "sys_exit",
     "sched_switch",
+    "sched_waking",
     "sched_wakeup",
     "sched_migrate_task",
     "task_newtask",

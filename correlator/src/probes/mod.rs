@@ -440,6 +440,13 @@ impl Probes {
                     off.next_comm =
                         crate::timeline::Comm::new(&task_name(&mut self.names, off.next_pid));
                 }
+                if let Some(w) = off.waker.as_mut() {
+                    w.comm = if w.tid == 0 {
+                        crate::timeline::Comm::new("swapper")
+                    } else {
+                        crate::timeline::Comm::new(&task_name(&mut self.names, w.tid))
+                    };
+                }
                 timeline.push_offcpu(off);
             }
         }

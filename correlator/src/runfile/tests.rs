@@ -82,6 +82,7 @@ fn offcpu(tid: u32, start_ns: u64) -> OffCpu {
         site: crate::timeline::syscalls::Site::Lock,
         kstack: None,
         ustack: None,
+        waker: None,
     }
 }
 

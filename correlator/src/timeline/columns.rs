@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize, de::MapAccess};
 
-use super::{Comm, OffCpu, ThreadAccount, syscalls::Site};
+use super::{Comm, OffCpu, ThreadAccount, Waker, syscalls::Site};
 use crate::columnar::{Column, StreamedRows, fill, fill_steps, rows_or_columns, steps};
 use correlator_common::NUM_ACCOUNT;
 
@@ -33,6 +33,7 @@ pub struct OffCpuColumns {
     site: Vec<Site>,
     kstack: Vec<Option<u32>>,
     ustack: Vec<Option<u32>>,
+    waker: Vec<Option<Waker>>,
 }
 
 impl From<&[OffCpu]> for OffCpuColumns {
@@ -61,6 +62,7 @@ impl From<&[OffCpu]> for OffCpuColumns {
             site: rows.iter().map(|r| r.site).collect(),
             kstack: rows.iter().map(|r| r.kstack).collect(),
             ustack: rows.iter().map(|r| r.ustack).collect(),
+            waker: rows.iter().map(|r| r.waker).collect(),
         }
     }
 }
@@ -83,6 +85,7 @@ impl StreamedRows for OffCpu {
             site: Site::Other,
             kstack: None,
             ustack: None,
+            waker: None,
         }
     }
 
@@ -108,6 +111,7 @@ impl StreamedRows for OffCpu {
             "site" => fill(rows, map, |r: &mut Self, v| r.site = v),
             "kstack" => fill(rows, map, |r: &mut Self, v| r.kstack = v),
             "ustack" => fill(rows, map, |r: &mut Self, v| r.ustack = v),
+            "waker" => fill(rows, map, |r: &mut Self, v| r.waker = v),
             _ => map.next_value::<serde::de::IgnoredAny>().map(drop),
         }
     }

@@ -121,6 +121,81 @@ pub struct OffCpu {
     pub kstack: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ustack: Option<u32>,
+    /// Who ended the blocked part (None: preempted, woken before the probes
+    /// saw it, or a run file from before wakers were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waker: Option<Waker>,
+}
+
+/// The task or interrupt that woke a blocked thread: the other end of its
+/// wait (who released the lock, signalled the condvar, wrote the pipe,
+/// completed the I/O).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waker {
+    /// The current task at the wakeup: the waker itself in a task's
+    /// context; in an interrupt's, only whoever it interrupted.
+    pub tid: u32,
+    pub tgid: u32,
+    /// Its name, read from /proc when the record arrived (empty: the task
+    /// was gone by then).
+    pub comm: Comm,
+    pub context: WakeContext,
+}
+
+/// The context a wakeup ran in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WakeContext {
+    /// A task's own code: the task is the waker.
+    Task,
+    /// A hard IRQ handler (a device's completion, an IPI).
+    HardIrq,
+    /// A softirq, by vector number (`correlator_common::SOFTIRQ_NAMES`):
+    /// NET_RX for a packet's arrival, BLOCK for a disk's completion,
+    /// TIMER/HRTIMER for a timeout.
+    Softirq(u8),
+}
+
+impl Waker {
+    /// From the kernel's encoding (`correlator_common::WakeContext`);
+    /// None when no waking was seen.
+    fn from_raw(tid: u32, tgid: u32, context: u32) -> Option<Self> {
+        use correlator_common::WakeContext as Raw;
+        let context = match context {
+            c if c == Raw::Task as u32 => WakeContext::Task,
+            c if c == Raw::HardIrq as u32 => WakeContext::HardIrq,
+            c if c >= Raw::Softirq as u32 => {
+                WakeContext::Softirq(u8::try_from(c - Raw::Softirq as u32).ok()?)
+            }
+            _ => return None,
+        };
+        Some(Self {
+            tid,
+            tgid,
+            comm: Comm::default(),
+            context,
+        })
+    }
+
+    /// "demo-injector (tid 12)", "a NET_RX softirq (interrupting swapper/1)".
+    pub fn describe(&self) -> String {
+        let who = if self.comm.is_empty() {
+            format!("tid {}", self.tid)
+        } else {
+            format!("{} (tid {})", self.comm, self.tid)
+        };
+        match self.context {
+            WakeContext::Task => who,
+            WakeContext::HardIrq => format!("a hard IRQ (interrupting {who})"),
+            WakeContext::Softirq(v) => format!(
+                "a {} softirq (interrupting {who})",
+                correlator_common::SOFTIRQ_NAMES
+                    .get(usize::from(v))
+                    .copied()
+                    .unwrap_or("unknown")
+            ),
+        }
+    }
 }
 
 fn site_other() -> Site {
@@ -145,6 +220,7 @@ impl From<&OffCpuRecord> for OffCpu {
             site: Site::from_raw(r.site),
             kstack: stacks::stack_id(r.kstack),
             ustack: stacks::stack_id(r.ustack),
+            waker: Waker::from_raw(r.waker_tid, r.waker_tgid, r.waker_context),
         }
     }
 }
@@ -508,6 +584,7 @@ mod tests {
             site: Site::Other,
             kstack: None,
             ustack: None,
+            waker: None,
         };
         t.push_offcpu(rec.clone());
         t.push_offcpu(rec);

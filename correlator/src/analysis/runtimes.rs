@@ -1,0 +1,58 @@
+//! Managed runtimes' own threads, recognised by name, so that a wait they
+//! ended is named for the runtime's pause rather than as the server's own
+//! lock.
+//!
+//! A JVM stops every Java thread at a safepoint to collect garbage: a
+//! thread that comes back from native code or polls during the pause
+//! blocks in `futex` on the safepoint's barrier until the JVM's `VM Thread`
+//! ends the pause and wakes it (HotSpot's Linux wait barrier is a futex
+//! the VM Thread wakes). Seen from the kernel that is "blocked in futex",
+//! which is what the report said before it followed the waker. The
+//! threads' names are HotSpot's own (`os::set_native_thread_name`, cut to
+//! 15 bytes by the kernel): `VM Thread`, `GC Thread#N` (parallel and G1
+//! workers), `G1 Conc#N`, `G1 Refine#N`, `G1 Main Marker`, `ZDriver`,
+//! `ZWorker#N`, `Shenandoah…`.
+//!
+//! Limits: the VM Thread also runs safepoints that are not collections
+//! (deoptimisation, thread dumps, class redefinition); by name alone they
+//! are counted here too. The hotspot USDT probes (`gc__begin`/`gc__end`,
+//! `safepoint__begin`/`end`) would tell them apart; they are not attached
+//! yet. Runtimes that collect on the allocating thread (CPython) or
+//! without named threads (Go) are not recognised by this.
+
+/// The runtime a thread named `comm` belongs to, when it is a thread that
+/// stops the others to collect garbage.
+pub fn collector(comm: &str) -> Option<&'static str> {
+    const JVM: [&str; 9] = [
+        "VM Thread",
+        "GC Thread#",
+        "G1 Conc#",
+        "G1 Refine#",
+        "G1 Main Marker",
+        "G1 Service",
+        "ZDriver",
+        "ZWorker#",
+        "Shenandoah",
+    ];
+    JVM.iter().any(|p| comm.starts_with(p)).then_some("JVM")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hotspot_threads_are_the_jvms_collectors_and_others_are_not() {
+        for name in ["VM Thread", "GC Thread#0", "G1 Conc#1", "G1 Main Marker"] {
+            assert_eq!(collector(name), Some("JVM"), "{name}");
+        }
+        for name in [
+            "demo-injector",
+            "HTTP-Dispatcher",
+            "java",
+            "VM Periodic Tas",
+        ] {
+            assert_eq!(collector(name), None, "{name}");
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! correlator's integration tests, one binary (one link of the crate):
 //! command-line errors, compare, the load generator against real servers,
 //! and the live suites that need root and BPF (probes against the kernel's
-//! own counters, syscalls and wait sites, passive latency, run, code
+//! own counters, syscalls and wait sites, the wait-for chain, passive latency, run, code
 //! paths, demo, experiments). Live tests fail rather than skip when `CI=true`.
 
 /// A test that needs root and BPF: skipped, with the reason printed,
@@ -43,6 +43,7 @@ macro_rules! live_test {
 mod host;
 mod util;
 
+mod chain_live;
 mod cli_errors;
 mod compare_cli;
 mod confirm_live;

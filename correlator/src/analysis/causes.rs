@@ -116,34 +116,80 @@ fn dominant(
 /// the waker's own off-CPU records, so only for threads the probes follow.
 /// Empty when no waker was recorded (run files from before).
 fn wait_for_chain(episodes: &[Episode]) -> String {
-    let Some(waker) = dominant(episodes, |a| a.woken_by.as_ref(), |a| a.woken_by_ns) else {
+    let Some(h) = Holder::of(episodes) else {
         return String::new();
     };
-    let blocked: u64 = episodes.iter().map(|e| e.account.blocked_ns()).sum();
-    let by_waker: Vec<&TimeAccount> = episodes
-        .iter()
-        .map(|e| &e.account)
-        .filter(|a| a.woken_by.as_ref() == Some(&waker))
-        .collect();
-    let woken: u64 = by_waker.iter().map(|a| a.woken_by_ns).sum();
     let mut text = format!(
-        " until {waker} woke it ({} of that time)",
-        pct(woken as f64 / blocked.max(1) as f64)
+        " until {} woke it ({} of that time)",
+        h.waker,
+        pct(h.woken_ns as f64 / h.blocked_ns.max(1) as f64)
     );
-    let mut did: std::collections::BTreeMap<&str, u64> = Default::default();
-    for a in &by_waker {
-        if let Some(m) = &a.waker_meanwhile {
-            *did.entry(m.as_str()).or_default() += a.waker_meanwhile_ns;
-        }
-    }
-    if let Some((what, ns)) = did.into_iter().max_by_key(|(_, ns)| *ns) {
+    if let Some((what, ns)) = &h.did {
         text.push_str(&format!(
             ", itself {what} for {} of it ({} per episode)",
-            pct(ns as f64 / woken.max(1) as f64),
-            ms(ns as f64 / by_waker.len().max(1) as f64)
+            pct(*ns as f64 / h.woken_ns.max(1) as f64),
+            ms(*ns as f64 / h.episodes.max(1) as f64)
         ));
     }
     text
+}
+
+/// The first links of the wait-for chain over a cause's episodes: the
+/// waker that ended most of the blocked time, and what it did most while
+/// the server waited for it.
+struct Holder {
+    waker: String,
+    /// Blocked time of the episodes, and the part this waker ended.
+    blocked_ns: u64,
+    woken_ns: u64,
+    /// Episodes in which it was the main waker.
+    episodes: usize,
+    /// What it did meanwhile ("blocked in clock_nanosleep"), and how long.
+    did: Option<(String, u64)>,
+}
+
+impl Holder {
+    fn of(episodes: &[Episode]) -> Option<Self> {
+        let waker = dominant(episodes, |a| a.woken_by.as_ref(), |a| a.woken_by_ns)?;
+        let by_waker: Vec<&TimeAccount> = episodes
+            .iter()
+            .map(|e| &e.account)
+            .filter(|a| a.woken_by.as_ref() == Some(&waker))
+            .collect();
+        let mut did: std::collections::BTreeMap<&str, u64> = Default::default();
+        for a in &by_waker {
+            if let Some(m) = &a.waker_meanwhile {
+                *did.entry(m.as_str()).or_default() += a.waker_meanwhile_ns;
+            }
+        }
+        Some(Self {
+            blocked_ns: episodes.iter().map(|e| e.account.blocked_ns()).sum(),
+            woken_ns: by_waker.iter().map(|a| a.woken_by_ns).sum(),
+            episodes: by_waker.len(),
+            did: did
+                .into_iter()
+                .max_by_key(|(_, ns)| *ns)
+                .map(|(what, ns)| (what.to_string(), ns)),
+            waker,
+        })
+    }
+}
+
+/// The experiment for `kind`: for blocking with a known waker, the waker
+/// is what to look at ("what demo-injector does while the thread waits
+/// for it"), not the thread's own wait.
+fn experiment(kind: CauseKind, detail: Option<&str>, episodes: &[Episode]) -> String {
+    match (kind, Holder::of(episodes)) {
+        (CauseKind::Blocking, Some(h)) => format!(
+            "shorten what {} does while the thread waits for it{}{} (or move it out of the critical section), and re-measure",
+            h.waker,
+            detail.map_or(String::new(), |d| format!(" in {d}")),
+            h.did
+                .as_ref()
+                .map_or(String::new(), |(what, _)| format!(": it was {what}"))
+        ),
+        _ => kind.experiment(detail),
+    }
 }
 
 /// Each account's share of its window in `kind`'s category, as the KS
@@ -289,7 +335,7 @@ pub fn rank(
             p_value,
             p_episodes: p_value.map(|_| ks.min(dominance.p_value)),
             evidence: format!("{evidence}{p_text}"),
-            experiment: kind.experiment(detail.as_deref()),
+            experiment: experiment(kind, detail.as_deref(), episodes),
             stacks: Vec::new(),
         });
     }

@@ -28,6 +28,9 @@
 //! /proc/thread-self/schedstat). A call that never sleeps spent its wall
 //! time in those two or stolen by the host: the first two are what a code
 //! path can be seen doing (samples, runnable intervals), the steal is not.
+//! In `lock` mode the trigger (thread `path-trigger`) also writes each of
+//! its holds, from taking the lock word to releasing it, as function
+//! `hold_lock`: what the wait-for chain's holder time is checked against.
 
 use std::{
     io::Write as _,
@@ -225,6 +228,9 @@ fn handle_request(state: &State) {
     state.log(name, &start);
 }
 
+/// The event log's name for the trigger's own lock holds (`lock` mode).
+pub const HOLD: &str = "hold_lock";
+
 /// Sets the trigger: exactly periodic for `fault`, random gaps of the
 /// same mean otherwise; for `lock`, holds the lock across the trigger so
 /// the next request waits for it.
@@ -248,10 +254,14 @@ fn trigger(state: &State) {
         }
         match state.args.path {
             PathKind::Lock => {
+                // The holder times its own holds (`hold_lock` lines): the
+                // ground truth for the wait-for chain's holder time.
+                let held = CallStart::now();
                 state.lock.store(1, Ordering::Release);
                 state.pending.store(true, Ordering::Relaxed);
                 std::thread::sleep(state.args.hold);
                 state.lock.store(0, Ordering::Release);
+                state.log(HOLD, &held);
                 futex(
                     &state.lock,
                     libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,

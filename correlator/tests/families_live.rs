@@ -79,7 +79,7 @@ live_test! {
     /// (ten stalls, a few tenths of a percent of the requests). Sized to
     /// the host: the 3 ms every 10,000 at 10,000 req/s assumed a
     /// p99 under 1 ms, but this VM's host stalls made p99 2.3-20 ms and
-    /// p99.9 11-51 ms at that rate (fresh50 and three runs after it), so
+    /// p99.9 11-51 ms at that rate (four fresh-clone CI runs on this VM), so
     /// the host, not a 3 ms stall, set the p99.9 and the run said so
     /// (signature none: "the tail is the environment's").
     fn rare_stall_is_found_at_p999() {

@@ -199,7 +199,7 @@ live_test! {
         let s = &report["server_side"];
         let (server_p99, client_p99) = (percentile(s, 99.0), percentile(&report["latency"], 99.0));
         // The server cannot see time before a request was sent: compare
-        // with the client's p99 from the actual send (in fresh71 the
+        // with the client's p99 from the actual send (in one CI run here the
         // pacer's vCPU was held 31 ms, sends up to 31 ms late put the
         // client's p99 at 32.2 ms, from the send 27.9 ms, server 24.6 ms).
         let sent_p99 = client_p99_from_send(

@@ -62,8 +62,8 @@ live_test! {
         // stdin: before its work and after its report. Counted up to its
         // exit instead, the kernel's perf counter detaches before the last
         // switches of the exit path (a wakeup of the parent can preempt
-        // it there), which the tracepoint still sees: fresh76 counted 308
-        // switches against perf's 306.
+        // it there), which the tracepoint still sees: one CI run here
+        // counted 308 switches against perf's 306.
         work.wait_blocked();
         let mut kernel = KernelCounts::open(work.pid());
         let rec = Recorder::start(work.pid(), dir.join("counts.run"), &[]);
@@ -426,9 +426,9 @@ live_test! {
     /// silence: 1.7-2.8 ms stalls with 10-20 µs of IRQ time and nothing
     /// else, booked as the thread's own user time); and steal (the steal
     /// clock's) is never more than the spinner lost where it was booked
-    /// (every step of 1 µs or more: fresh50's host reported steal of
+    /// (every step of 1 µs or more: in one CI run the host reported steal of
     /// 10-60 µs many times, 1.05 ms in all, away from any long step).
-    /// Timer silence is booked apart, not as steal: fresh52's run had
+    /// Timer silence is booked apart, not as steal: one CI run had
     /// 290 ms of it where the spinner lost 30 ms (the host delivered the
     /// timer late while the vCPU ran), so it is printed beside what the
     /// spinner lost, not held to it. Stalls the timer did
@@ -568,7 +568,7 @@ live_test! {
         assert!(!steps.is_empty(), "the spinner listed its steps");
         // A step counts whole when it ends in the window or spans it: the
         // host writes a vCPU's steal when it runs it again, so a stall's
-        // steal comes at its end, however long ago it started (fresh60:
+        // steal comes at its end, however long ago it started (one CI run:
         // 35 stalls of 10-37 ms, each reported whole as it ended, were
         // "stray" when only their last 13 ms counted).
         let lost_in = |from: u64, to: u64| -> u64 {

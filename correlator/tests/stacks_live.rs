@@ -173,10 +173,10 @@ live_test! {
 
 live_test! {
     /// 40 ms stalls: at 15 ms, the host's own stalls (steal of 10-30 ms
-    /// per 100 ms that hour) made most of the episode time in fresh51 and
+    /// per 100 ms that hour) made most of the episode time in one CI run and
     /// the stall 17% of it (correlator measured 16.6%, the helper 16.6%).
     /// Every ~250 ms: at ~500 ms the host's steal (54%) and the generator's
-    /// late requests left the stall 26% of the episode time in fresh71,
+    /// late requests left the stall 26% of the episode time in another,
     /// too little for the share to be a test.
     full fn rare_busy_stall_is_named_with_its_share() {
         check("stall", "250ms", "40ms", "on_cpu", "rare_stall");

@@ -46,7 +46,7 @@ live_test! {
     /// CPU while it ran; correlator books those as IRQ time, not the
     /// call's, so the calls' IRQ time goes with ours here (2-3 ms of
     /// 105-128 ms on a quiet host, ours 3-5 ms under the helper's without
-    /// it; fresh69, noisy: 8.3 ms under, 6.2%).
+    /// it; one noisy CI run: 8.3 ms under, 6.2%).
     fn syscall_time_matches_the_helpers_own_timing() {
         let (phases, run) = record("sys-time", &["--zero-reads", "4000", "--nanosleeps", "500"]);
         let reads = phase(&phases, "zero_reads");
@@ -163,7 +163,7 @@ live_test! {
 /// The syscall naming each bucket of phase `p` in which the main thread
 /// was sampled inside a syscall.
 /// Only buckets wholly inside the phase: the last one that starts in it
-/// also holds what the helper did next (fresh66: a sample in the `kill`
+/// also holds what the helper did next (one CI run: a sample in the `kill`
 /// that follows the fork named the fork phase's last bucket).
 fn sampled_names(run: &RunFile, p: &Phase) -> Vec<String> {
     run.thread_accounts

@@ -64,7 +64,7 @@ impl Workload {
             .expect("spawn workload");
         let stdin = child.stdin.take();
         // Wait until it is set up and at its blocking read: counters opened
-        // earlier would count its start-up (fresh64 failed on a slow start:
+        // earlier would count its start-up (a CI run failed on a slow start:
         // 300 loader faults in the kernel's count and not in the window).
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let ready = wait_for_line(&mut lines, |l| l == "ready", Some("workload"), LONG_START);

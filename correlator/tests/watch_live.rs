@@ -227,7 +227,7 @@ fn check(o: &Outcome, cause: &str) -> Value {
         s(delay)
     );
     // The first server cause: on a noisy host the environment's causes
-    // lead when its family holds more of the tail (fresh69: steal 22% of
+    // lead when its family holds more of the tail (one CI run: steal 22% of
     // episode time, the environment's family 52% of the requests above
     // p99.9, the injected futex blocking 27% and claimed at p = 2.6e-18).
     let top = &crate::util::top_server_cause(&report["classification"])["cause"];

@@ -670,8 +670,9 @@ mod tests {
 
     #[test]
     fn an_improvement_the_account_gives_no_share_does_not_confirm() {
-        // fresh89's decoy: a sleeping process on the other CPU, offered to
-        // stop, read −11% (CI −18..−1%) over 20 repetitions per arm.
+        // A decoy as `confirm_live::a_harmless_decoy_is_never_confirmed`
+        // offers it (a sleeping process on the other CPU, offered to stop)
+        // read, in one CI run, −11% (CI −18..−1%) over 20 repetitions per arm.
         let decoy = Planned {
             cause: None,
             ..planned(0.0)

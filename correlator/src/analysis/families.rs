@@ -218,9 +218,11 @@ fn family_key(a: &TimeAccount) -> (CauseKind, Option<String>) {
 /// A fault family's kind: major faults when its episodes spent more time
 /// in major faults (blocked for their pages, and on the CPU in windows
 /// where the kernel counted mostly major faults: `fault_major_ns`) than in
-/// minor ones. fresh60's evicted file took 22,503 major faults and no
-/// minor one, 580 ms on the CPU against 524 ms blocked, and was named
-/// `page_faults` while only blocked time counted as major.
+/// minor ones. The demo's evicted file, in a CI run, took 22,503 major
+/// faults and no minor one, 580 ms on the CPU against 524 ms blocked, and
+/// was named `page_faults` while only blocked time counted as major
+/// (without the on-CPU part, ablation of 2026-12-04: 4 more false claims
+/// on the corpus's demo-major-faults cases, top cause still right).
 fn fault_kind(members: &[&Episode]) -> CauseKind {
     let (major, minor) = members.iter().fold((0u64, 0u64), |(j, n), e| {
         (

@@ -248,7 +248,9 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
 /// hard IRQ time on a VM (the host holding the vCPU inside a handler,
 /// hard IRQs at their usual share of the baseline, p = 0.25) held 64% of
 /// the requests above p99 and made a run of a 300 ms periodic fault job
-/// (Rayleigh p = 1e-14) sporadic (fresh78).
+/// (Rayleigh p = 1e-14) sporadic (a CI run; no corpus run exercises the
+/// rule today: ablation of 2026-12-04, the same corpus and synthetic
+/// scores).
 fn lead_with_top_family(
     sig: signature::SignatureResult,
     families: &[families::Family],
@@ -333,8 +335,8 @@ fn kept_causes(
 /// only then thinned to `BASELINE_WINDOWS`: a run of long episodes leaves
 /// little free time, and the KS test's smallest p-value is 1 / C(n+m, n)
 /// for n episodes and m windows, so every window lost to a grid that
-/// straddles an episode is power lost (fresh49's 66% major-fault share
-/// against too few windows came out at p = 0.01).
+/// straddles an episode is power lost (a demo major-fault run's 66%
+/// share against too few windows came out at p = 0.01).
 fn baseline_windows(
     windows: &[Window],
     start: u64,
@@ -527,10 +529,15 @@ fn classify(
     }
     let ranking = causes::rank(episodes, baseline, families, sig.signature);
     if let Some(env) = families::environment_holds_tail(families) {
-        // fresh41's clean baseline: host stalls held every request above
-        // p99 (30 ms), while 2 ms epoll_wait and IRQ episodes, none of them
-        // above p99, were claimed as syscall and hardirq causes. The
-        // environment's causes (idle, steal) stay listed.
+        // A clean demo baseline in a CI run: host stalls held every
+        // request above p99 (30 ms), while 2 ms epoll_wait and IRQ
+        // episodes, none of them above p99, were claimed as syscall and
+        // hardirq causes. The environment's causes (idle, steal) stay
+        // listed. Without this rule (ablation of 2026-12-04): 7 more false
+        // claims on the corpus, all on nginx-proxy-stalling-backend, whose
+        // upstream stalls it calls the environment's (signature 0 of 4
+        // right with it, 4 of 4 without) until upstream waits are named
+        // (issue 37).
         return Classification {
             signature: Signature::None,
             period_ms: None,

@@ -622,7 +622,7 @@ fn syscall_time_the_sampling_timer_did_not_see_is_the_environments() {
 /// As the kernel side books it: the on-CPU stretch of a 2.4 ms
 /// `epoll_wait` without a sample lands in the bucket where it ends, with
 /// the timer silence the next sample found, after the call returned (a
-/// clean demo server, fresh72: 1.4 ms of each such 2.5 ms episode was left
+/// clean demo server in a CI run: 1.4 ms of each such 2.5 ms episode was left
 /// unexplained). The account takes the call's silence where the call was,
 /// counts the one stall once (an episode of one stall is explained to
 /// 98%, not 100% and more), and explains the window.

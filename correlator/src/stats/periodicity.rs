@@ -177,10 +177,12 @@ pub fn periodicity(times: &[f64], min_period: f64, max_period: f64) -> Option<Pe
     // multiple is refined over ±1%, where the best period's error grows.
     // Every multiple up to the longest period tested, not the first few:
     // events on an exact timer are as coherent at every fraction of their
-    // period, so the grid's best can be any of them (fresh60: a 300 ms job
-    // whose grid best was near 30 ms reported 150 ms, the largest multiple
-    // of eight or fewer). Bounded for cost; past it the longest coherent
-    // multiple found stands.
+    // period, so the grid's best can be any of them (the demo's 300 ms job
+    // in a CI run: its grid best near 30 ms reported 150 ms, the largest
+    // multiple of eight or fewer; `an_exact_timer_is_its_longest_coherent_period`
+    // below is that case. The corpus scores the signature, not the period,
+    // so an ablation to eight multiples leaves its scores as they are).
+    // Bounded for cost; past it the longest coherent multiple found stands.
     let (best_p, best_z) = (period, n as f64 * r * r);
     for k in 2..=MAX_MULTIPLE {
         let base = best_p * k as f64;
@@ -240,7 +242,7 @@ mod tests {
         assert!(p.jitter_ns / MS < 6.0, "{p:?}");
     }
 
-    /// An exact timer (fresh60's demo job: 300 ms to the 0.1 ms, a first
+    /// An exact timer (the demo's periodic job: 300 ms to the 0.1 ms, a first
     /// episode clipped by the run's start off its grid) is as coherent at
     /// 150, 100, 75… 20 ms; the period is the longest of them.
     #[test]

@@ -406,8 +406,9 @@ impl Watcher {
             .filter(|c| c.cause.is_server());
         // When the environment's causes lead (its family holds more of the
         // tail than any server family, and none would lead without it), a
-        // server cause is not why the tail moved: fresh51/52's clean
-        // minutes armed reports on softirq (KS p = 1.2e-8) whose report
+        // server cause is not why the tail moved: the clean minutes of
+        // `watch_live::watch_reports_a_sporadic_cause_and_prometheus_scrapes_it`
+        // in two noisy CI runs armed reports on softirq (KS p = 1.2e-8) whose report
         // then led with steal.
         let environment_leads = report
             .classification

@@ -204,8 +204,8 @@ struct Sums {
     by_syscall: HashMap<String, f64>,
     by_wait: HashMap<String, f64>,
     by_runner: HashMap<String, f64>,
-    /// Blocked until a runtime's collector woke it, and by which.
-    runtime_pause: f64,
+    /// Blocked until a runtime's collector woke it, by which (their sum is
+    /// the runtime's pause).
     by_collector: HashMap<String, f64>,
     /// Blocked time (idle waits aside) by who woke it.
     by_waker: HashMap<String, f64>,
@@ -367,7 +367,6 @@ impl<'a> Accounts<'a> {
                         && w.tgid == r.tgid
                         && let Some(runtime) = super::runtimes::collector(w.comm.as_str())
                     {
-                        s.runtime_pause += o;
                         *s.by_collector
                             .entry(format!("{runtime}: {}", w.describe()))
                             .or_default() += o;
@@ -569,7 +568,7 @@ impl<'a> Accounts<'a> {
             blocked_sleep_ns: blocked(Site::Sleep) as u64,
             blocked_other_ns: blocked(Site::Other) as u64,
             wait_site: top(&by_wait),
-            runtime_pause_ns: s.runtime_pause as u64,
+            runtime_pause_ns: s.by_collector.values().sum::<f64>() as u64,
             collector: top(&s.by_collector),
             woken_by: None,
             woken_by_ns: 0,

@@ -183,8 +183,12 @@ impl Holder {
 /// is what to look at ("what demo-injector does while the thread waits
 /// for it"), not the thread's own wait.
 fn experiment(kind: CauseKind, detail: Option<&str>, episodes: &[Episode]) -> String {
-    match (kind, Holder::of(episodes)) {
-        (CauseKind::Blocking, Some(h)) => format!(
+    let holder = match kind {
+        CauseKind::Blocking => Holder::of(episodes),
+        _ => None,
+    };
+    match holder {
+        Some(h) => format!(
             "shorten what {} does while the thread waits for it{}{} (or move it out of the critical section), and re-measure",
             h.waker,
             detail.map_or(String::new(), |d| format!(" in {d}")),
@@ -192,7 +196,7 @@ fn experiment(kind: CauseKind, detail: Option<&str>, episodes: &[Episode]) -> St
                 .as_ref()
                 .map_or(String::new(), |(what, _)| format!(": it was {what}"))
         ),
-        _ => kind.experiment(detail),
+        None => kind.experiment(detail),
     }
 }
 

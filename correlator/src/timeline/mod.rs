@@ -136,8 +136,9 @@ pub struct Waker {
     /// context; in an interrupt's, only whoever it interrupted.
     pub tid: u32,
     pub tgid: u32,
-    /// Its name, read from /proc when the record arrived (empty: the task
-    /// was gone by then).
+    /// Its name, read from /proc when the record arrived ("pid N" when the
+    /// task was gone by then, "swapper" for the idle task; empty in run
+    /// files built without names).
     pub comm: Comm,
     pub context: WakeContext,
 }

@@ -52,6 +52,14 @@ live_test! {
                     o["detected_signature"],
                     o["detected_cause"]
                 ));
+                // The whole report of a misattributed scenario, so a failure
+                // seen once in CI can be diagnosed from its log alone.
+                let report = Command::new(BIN)
+                    .arg("report")
+                    .arg(dir.join(format!("{s}.run")))
+                    .output()
+                    .expect("report");
+                eprintln!("{}", String::from_utf8_lossy(&report.stdout));
             }
         }
         assert!(wrong.is_empty(), "misattributed: {wrong:#?}");

@@ -143,10 +143,13 @@ pub enum Total {
     /// booked as steal, ns.
     TimerSilences = NUM_COUNTERS as u32 + 12,
     TimerSilenceNs = NUM_COUNTERS as u32 + 13,
+    /// Upstream exchanges the kernel could not record: their ring was full
+    /// or their connection table was.
+    UpstreamsLost = NUM_COUNTERS as u32 + 14,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 14;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 15;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -429,6 +432,48 @@ pub struct RequestRecord {
     pub last_start_ns: u64,
 }
 
+/// One exchange of the target with an upstream: a TCP (or connected UDP)
+/// socket of the target that is not one of its accepted connections (its
+/// local port is not a port the target listens on), on which the target
+/// sent, then read a reply. Paired at the socket layer's tracepoints.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UpstreamRecord {
+    pub tgid: u32,
+    /// The thread that sent the request, and the one that read the reply
+    /// (the same in a thread-per-request or event-loop server).
+    pub tid: u32,
+    pub reader_tid: u32,
+    /// `AF_INET` (2) or `AF_INET6` (10).
+    pub family: u16,
+    /// The peer's port, host order.
+    pub port: u16,
+    /// The peer's address: 4 bytes for IPv4, 16 for IPv6, network order.
+    pub addr: [u8; 16],
+    /// The connection, numbered by the socket's address (as
+    /// `SOCKET_CONN`): exchanges on one connection share it.
+    pub conn: u32,
+    pub bytes_out: u32,
+    /// When the request's first bytes were sent.
+    pub sent_ns: u64,
+    /// When the reply's first bytes arrived in the socket (`sk_data_ready`;
+    /// 0: not seen), and when the target first read them.
+    pub arrived_ns: u64,
+    pub read_ns: u64,
+}
+
+/// In-kernel state of one upstream connection (by socket address).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UpstreamState {
+    /// First send since the last reply was read (0: nothing in flight).
+    pub sent_ns: u64,
+    /// First arrival since that send (0: none yet).
+    pub arrived_ns: u64,
+    pub tid: u32,
+    pub bytes_out: u32,
+}
+
 /// `RequestRecord::fd` of a function call.
 pub const UPROBE_FD: u32 = u32::MAX;
 
@@ -531,6 +576,22 @@ pub struct Config {
     /// CPUs a kernel spin compares steal clocks of: min(possible CPUs,
     /// [`SPIN_CPUS`]).
     pub spin_cpus: u64,
+    /// Non-zero: the socket tracepoints pair `--syscalls` requests.
+    pub pair_at_sockets: u64,
+    /// Non-zero: `sk_data_ready` starts `--syscalls` requests at their
+    /// bytes' arrival (`--from-arrival`).
+    pub requests_from_arrival: u64,
+    /// Non-zero: the socket tracepoints time the target's upstream
+    /// exchanges ([`UpstreamRecord`]).
+    pub upstreams: u64,
+    /// `struct sock_common` offsets (the start of `struct sock`), from the
+    /// kernel's BTF: the family, the local port (host order), the peer's
+    /// port (network order) and IPv4 and IPv6 addresses.
+    pub skc_family_offset: u64,
+    pub skc_num_offset: u64,
+    pub skc_dport_offset: u64,
+    pub skc_daddr_offset: u64,
+    pub skc_v6_daddr_offset: u64,
 }
 
 /// Slots of the direct-mapped thread table (`tid % THREAD_SLOTS`).
@@ -681,6 +742,8 @@ mod pod {
     unsafe impl aya::Pod for super::ThreadState {}
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::RequestRecord {}
+    unsafe impl aya::Pod for super::UpstreamRecord {}
+    unsafe impl aya::Pod for super::UpstreamState {}
     unsafe impl aya::Pod for super::ConnState {}
     unsafe impl aya::Pod for super::CallState {}
     unsafe impl aya::Pod for super::SyscallTotal {}

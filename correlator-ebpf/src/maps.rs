@@ -10,6 +10,7 @@ use aya_ebpf::{
 use correlator_common::{
     BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, SPIN_CPUS, STACK_DEPTH,
     STACK_OVERFLOW_SLOTS, STACK_SLOTS, SYSCALL_SLOTS, SyscallTotal, THREAD_SLOTS, ThreadState,
+    UpstreamState,
 };
 
 #[unsafe(no_mangle)]
@@ -34,6 +35,14 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     rq_steal_offset: 0,
     stacks: 0,
     spin_cpus: 0,
+    pair_at_sockets: 0,
+    requests_from_arrival: 0,
+    upstreams: 0,
+    skc_family_offset: 16,
+    skc_num_offset: 14,
+    skc_dport_offset: 12,
+    skc_daddr_offset: 0,
+    skc_v6_daddr_offset: 56,
 });
 
 /// Ring of time buckets, per CPU.
@@ -73,6 +82,24 @@ pub(crate) static REQUESTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 /// close are forgotten without a close probe.
 #[map]
 pub(crate) static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(16384, 0);
+
+/// Local ports the target listens on (written by userspace before
+/// attaching, from /proc; added by `inet_sock_set_state` when the target
+/// starts listening): a socket on one of them is an accepted connection,
+/// any other TCP socket of the target is an upstream.
+#[map]
+pub(crate) static LISTEN_PORTS: HashMap<u16, u8> = HashMap::with_max_entries(256, 0);
+
+/// The target's upstream connections with an exchange in flight or done,
+/// by socket address. LRU: connections that close without being seen to
+/// are forgotten.
+#[map]
+pub(crate) static UPSTREAM_CONNS: LruHashMap<u64, UpstreamState> =
+    LruHashMap::with_max_entries(16384, 0);
+
+/// Upstream exchange records ([`correlator_common::UpstreamRecord`]).
+#[map]
+pub(crate) static UPSTREAMS: RingBuf = RingBuf::with_byte_size(2 << 20, 0);
 
 /// [`WaitSite`] of a blocked wait inside each syscall (index = number),
 /// written by userspace before attaching (the table lives in one place,

@@ -10,11 +10,14 @@ use aya_ebpf::{
     macros::{btf_tracepoint, uprobe, uretprobe},
     programs::{BtfTracePointContext, ProbeContext, RetProbeContext},
 };
-use correlator_common::{CallState, ConnState, RequestRecord, SOCKET_CONN, Total, UPROBE_FD};
+use correlator_common::{
+    CallState, ConnState, RequestRecord, SOCKET_CONN, Total, UPROBE_FD, UpstreamRecord,
+    UpstreamState,
+};
 
 use crate::{
     helpers::{arg, is_target_tgid, now, total_add},
-    maps::{CALLS, CONNS, REQUESTS},
+    maps::{CALLS, CONNS, LISTEN_PORTS, REQUESTS, UPSTREAM_CONNS, UPSTREAMS},
 };
 
 /// x86-64 syscall numbers of the calls that move a request's bytes.
@@ -109,14 +112,134 @@ fn socket_transfer(ctx: &BtfTracePointContext, reading: bool) {
     // context load, used only as the key (the verifier tracks it as a
     // pointer and allows no arithmetic on it).
     let sk: u64 = arg(ctx, 0);
+    // The socket's address as a number, read by the helper: for the
+    // socket's fields and to label the connection in records.
+    // SAFETY: the helper checks the address; slot 0 of the context.
+    let sk_addr = || unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }.unwrap_or(0);
+    if config!(upstreams) != 0 {
+        let addr = sk_addr();
+        if is_upstream(addr) {
+            upstream_transfer(sk, addr, pid_tgid, reading, ret as u64);
+            // Not a request to the server: never paired as one.
+            return;
+        }
+    }
+    if config!(pair_at_sockets) == 0 {
+        return;
+    }
     // Its bits above the slab's 64-byte alignment number the connection
-    // for userspace: read as a number, by the helper, only for a record.
-    let label = || {
-        // SAFETY: the helper checks the address; slot 0 of the context.
-        let sk = unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }.unwrap_or(0);
-        SOCKET_CONN | ((sk >> 6) as u32 & 0x3fff_ffff)
-    };
+    // for userspace: only for a record.
+    let label = || conn_label(sk_addr());
     transfer(pid_tgid, sk, label, reading, ret as u64);
+}
+
+/// A connection's number in records: the socket address's bits above the
+/// slab's 64-byte alignment, with the `SOCKET_CONN` bit.
+#[inline(always)]
+fn conn_label(sk: u64) -> u32 {
+    SOCKET_CONN | ((sk >> 6) as u32 & 0x3fff_ffff)
+}
+
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+
+/// A field of the socket at `sk` (a kernel address read as a number).
+#[inline(always)]
+fn sk_field<T: Default>(sk: u64, offset: u64) -> T {
+    // SAFETY: the helper checks the address.
+    unsafe { bpf_probe_read_kernel((sk + offset) as *const T) }.unwrap_or_default()
+}
+
+/// An IPv4 or IPv6 socket with a peer whose local port the target does
+/// not listen on: a connection the target opened (an upstream), not one
+/// it accepted.
+#[inline(always)]
+fn is_upstream(sk: u64) -> bool {
+    let family: u16 = sk_field(sk, config!(skc_family_offset));
+    if family != AF_INET && family != AF_INET6 {
+        return false;
+    }
+    let local: u16 = sk_field(sk, config!(skc_num_offset));
+    if LISTEN_PORTS.get_ptr(&local).is_some() {
+        return false;
+    }
+    sk_field::<u16>(sk, config!(skc_dport_offset)) != 0
+}
+
+/// A send on an upstream connection starts an exchange (unless one is in
+/// flight: a request in several writes); the next read that returns data
+/// ends it with a record.
+#[inline(always)]
+fn upstream_transfer(key: u64, sk: u64, pid_tgid: u64, reading: bool, bytes: u64) {
+    let ts = now();
+    let tid = pid_tgid as u32;
+    let Some(u) = UPSTREAM_CONNS.get_ptr_mut(&key) else {
+        if !reading {
+            let fresh = UpstreamState {
+                sent_ns: ts,
+                arrived_ns: 0,
+                tid,
+                bytes_out: bytes.min(u64::from(u32::MAX)) as u32,
+            };
+            if UPSTREAM_CONNS.insert(&key, &fresh, 0).is_err() {
+                total_add(Total::UpstreamsLost);
+            }
+        }
+        return;
+    };
+    // SAFETY: map value; the target's threads and `sk_data_ready` write it
+    // (a race loses at most one arrival time).
+    unsafe {
+        if !reading {
+            if (*u).sent_ns == 0 {
+                (*u).sent_ns = ts;
+                (*u).arrived_ns = 0;
+                (*u).tid = tid;
+                (*u).bytes_out = 0;
+            }
+            (*u).bytes_out = (*u)
+                .bytes_out
+                .saturating_add(bytes.min(u64::from(u32::MAX)) as u32);
+            return;
+        }
+        let sent = (*u).sent_ns;
+        if sent == 0 {
+            return;
+        }
+        (*u).sent_ns = 0;
+        let Some(mut entry) = UPSTREAMS.reserve::<UpstreamRecord>(0) else {
+            total_add(Total::UpstreamsLost);
+            return;
+        };
+        let family: u16 = sk_field(sk, config!(skc_family_offset));
+        let mut addr = [0u8; 16];
+        if family == AF_INET {
+            let v4: [u8; 4] = sk_field(sk, config!(skc_daddr_offset));
+            addr[..4].copy_from_slice(&v4);
+        } else {
+            addr = sk_field(sk, config!(skc_v6_daddr_offset));
+        }
+        let port = u16::from_be(sk_field(sk, config!(skc_dport_offset)));
+        let arrived = (*u).arrived_ns;
+        entry.write(UpstreamRecord {
+            tgid: (pid_tgid >> 32) as u32,
+            tid: (*u).tid,
+            reader_tid: tid,
+            family,
+            port,
+            addr,
+            conn: conn_label(sk),
+            bytes_out: (*u).bytes_out,
+            sent_ns: sent,
+            arrived_ns: if arrived >= sent && arrived <= ts {
+                arrived
+            } else {
+                0
+            },
+            read_ns: ts,
+        });
+        entry.submit(BPF_RB_NO_WAKEUP as u64);
+    }
 }
 
 /// Data arrived in a socket: if the target reads that socket (it has a
@@ -135,6 +258,20 @@ pub fn sk_data_ready(ctx: BtfTracePointContext) -> i32 {
     // A direct context load (no helper call: this runs for every arrival on
     // the machine), used only as the map key, never as a number.
     let sk: u64 = arg(&ctx, 0);
+    if config!(upstreams) != 0
+        && let Some(u) = UPSTREAM_CONNS.get_ptr_mut(&sk)
+    {
+        // SAFETY: map value (see `upstream_transfer`).
+        unsafe {
+            if (*u).sent_ns != 0 && (*u).arrived_ns == 0 {
+                (*u).arrived_ns = now();
+            }
+        }
+        return 0;
+    }
+    if config!(requests_from_arrival) == 0 {
+        return 0;
+    }
     if let Some(c) = CONNS.get_ptr_mut(&sk) {
         // SAFETY: map value; a race with the target's read loses at most
         // this arrival (the request then starts at its read).
@@ -153,6 +290,7 @@ pub fn sk_data_ready(ctx: BtfTracePointContext) -> i32 {
 const TCP_ESTABLISHED: i32 = 1;
 const TCP_SYN_RECV: i32 = 3;
 const TCP_CLOSE: i32 = 7;
+const TCP_LISTEN: i32 = 10;
 
 /// A TCP socket begins or ends a connection: its connection entry goes.
 /// Sockets are slab objects, so a closed socket's address soon belongs to
@@ -169,9 +307,22 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> i32 {
     }
     // An `int` argument: the low 32 bits of its slot.
     let state = arg::<u64>(&ctx, 2) as u32 as i32;
+    let sk: u64 = arg(&ctx, 0);
     if matches!(state, TCP_ESTABLISHED | TCP_SYN_RECV | TCP_CLOSE) {
-        let sk: u64 = arg(&ctx, 0);
         let _ = CONNS.remove(&sk);
+        if config!(upstreams) != 0 {
+            let _ = UPSTREAM_CONNS.remove(&sk);
+        }
+    } else if state == TCP_LISTEN
+        && config!(upstreams) != 0
+        && is_target_tgid((bpf_get_current_pid_tgid() >> 32) as u32)
+    {
+        // The target starts listening (in its listen() call): connections
+        // accepted on this port are its inbound ones.
+        // SAFETY: the helper checks the address; slot 0 of the context.
+        let addr = unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }.unwrap_or(0);
+        let port: u16 = sk_field(addr, config!(skc_num_offset));
+        let _ = LISTEN_PORTS.insert(&port, &1, 0);
     }
     0
 }

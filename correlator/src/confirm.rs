@@ -192,6 +192,9 @@ fn knob_for(
             code("the runtime's collector settings and the server's allocation")
         }
         CauseKind::Syscall => code("the server's own syscalls"),
+        CauseKind::Upstream => Plan::NotConfirmable {
+            reason: "the upstream is another server: measure it where it runs".into(),
+        },
         CauseKind::OnCpu => code("the server's own code"),
         CauseKind::Queueing => Plan::NotConfirmable {
             reason: "capacity, not a setting: re-measure at a lower rate".into(),

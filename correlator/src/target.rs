@@ -76,6 +76,34 @@ impl Target {
         crate::cpu::parse_cpu_list(list)
     }
 
+    /// The TCP ports the target listens on (its own listening sockets, in
+    /// its network namespace): connections on them are the ones it
+    /// accepted; its other TCP connections are upstreams it opened.
+    pub fn listening_ports(&self) -> Vec<u16> {
+        let dir = proc_path(self.pid);
+        let inodes: std::collections::HashSet<u64> = fs::read_dir(dir.join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| fs::read_link(e.path()).ok())
+            .filter_map(|l| {
+                l.to_str()?
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        let mut ports: Vec<u16> = ["net/tcp", "net/tcp6"]
+            .iter()
+            .filter_map(|t| fs::read_to_string(dir.join(t)).ok())
+            .flat_map(|table| listening_in(&table, &inodes))
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+
     /// (tgid, tid) of every thread of the target, and with `children` of
     /// every descendant process too.
     pub fn threads(&self, children: bool) -> Vec<(u32, u32)> {
@@ -333,5 +361,39 @@ mod tests {
                 .iter()
                 .any(|&(tgid, tid)| tgid == me.pid && tid == me.pid)
         );
+    }
+}
+
+/// Local ports of the LISTEN sockets (state 0A) of a /proc/net/tcp table
+/// whose inode is one of `inodes`.
+fn listening_in(table: &str, inodes: &std::collections::HashSet<u64>) -> Vec<u16> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            let (local, state, inode) = (f.get(1)?, f.get(3)?, f.get(9)?);
+            if *state != "0A" || !inodes.contains(&inode.parse().ok()?) {
+                return None;
+            }
+            u16::from_str_radix(local.rsplit(':').next()?, 16).ok()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod listen_tests {
+    use super::*;
+
+    #[test]
+    fn only_the_targets_listening_sockets_count() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:18EB 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 222 1 0000000000000000 100 0 0 10 0
+   2: 0100007F:D431 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 111 1 0000000000000000 20 4 30 10 -1
+";
+        let ours: std::collections::HashSet<u64> = [111].into();
+        assert_eq!(listening_in(table, &ours), vec![0x1F90]);
     }
 }

@@ -58,4 +58,5 @@ mod probes_live;
 mod run_live;
 mod stacks_live;
 mod syscalls_live;
+mod upstream_live;
 mod watch_live;

@@ -26,6 +26,7 @@ use crate::runfile::RunFile;
 use crate::timeline::{
     SyscallSpan, ThreadAccount, WakeContext,
     syscalls::{self, Site},
+    upstreams::UpstreamExchange,
 };
 
 /// Where one thread's time went in an episode (or any window).
@@ -112,8 +113,19 @@ pub struct TimeAccount {
     pub waker_meanwhile: Option<String>,
     #[serde(default)]
     pub waker_meanwhile_ns: u64,
-    /// Waiting for work (epoll, accept, a socket read): not a delay the
-    /// server caused.
+    /// Waiting for work or input (epoll, accept, a socket read) while an
+    /// exchange with an upstream was in flight (sent, its reply not yet
+    /// there): waiting for the upstream, not idle. The upstream most of
+    /// that time (`address:port`), and the longest reply in flight in the
+    /// window.
+    #[serde(default)]
+    pub upstream_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    #[serde(default)]
+    pub upstream_reply_ns: u64,
+    /// Waiting for work (epoll, accept, a socket read) with nothing in
+    /// flight upstream: not a delay the server caused.
     pub idle_ns: u64,
     pub hardirq_ns: u64,
     pub softirq_ns: u64,
@@ -160,6 +172,7 @@ impl TimeAccount {
             + self.migration_ns
             + self.runnable_ns
             + self.blocked_ns()
+            + self.upstream_ns
             + self.idle_ns
             + self.hardirq_ns
             + self.softirq_ns
@@ -207,6 +220,11 @@ struct Sums {
     /// Blocked until a runtime's collector woke it, by which (their sum is
     /// the runtime's pause).
     by_collector: HashMap<String, f64>,
+    /// Waits for input while an upstream exchange was in flight, by
+    /// upstream (their sum is `upstream`), and the longest reply.
+    upstream: f64,
+    by_upstream: HashMap<String, f64>,
+    upstream_reply: u64,
     /// Blocked time (idle waits aside) by who woke it.
     by_waker: HashMap<String, f64>,
     /// Within those waits, by waker, what the waker itself did (its own
@@ -223,6 +241,9 @@ pub struct Accounts<'a> {
     /// Per thread: long syscalls sorted by start.
     syscalls: HashMap<u32, Vec<&'a SyscallSpan>>,
     longest_syscall: u64,
+    /// Per thread (sender and reader): upstream exchanges sorted by send.
+    upstreams: HashMap<u32, Vec<&'a UpstreamExchange>>,
+    longest_exchange: u64,
     /// Threads accounted for in every window: those that waited for input
     /// at some time (the serving threads), or every thread seen if none
     /// did (a busy-polling server).
@@ -245,6 +266,16 @@ impl<'a> Accounts<'a> {
         }
         for v in syscalls.values_mut() {
             v.sort_by_key(|s| s.start_ns);
+        }
+        let mut upstreams: HashMap<u32, Vec<&UpstreamExchange>> = HashMap::new();
+        for u in &run.upstreams {
+            upstreams.entry(u.tid).or_default().push(u);
+            if u.reader_tid != u.tid {
+                upstreams.entry(u.reader_tid).or_default().push(u);
+            }
+        }
+        for v in upstreams.values_mut() {
+            v.sort_by_key(|u| u.sent_ns);
         }
         let idle_slot = Account::Blocked as usize + Site::Idle as usize;
         let mut serving: HashSet<u32> = run
@@ -284,6 +315,13 @@ impl<'a> Accounts<'a> {
                 .max()
                 .unwrap_or(0),
             syscalls,
+            longest_exchange: run
+                .upstreams
+                .iter()
+                .map(|u| u.reply_ns())
+                .max()
+                .unwrap_or(0),
+            upstreams,
             candidates,
             shift: run.bucket_ns.max(1).trailing_zeros(),
         }
@@ -372,25 +410,27 @@ impl<'a> Accounts<'a> {
                             .or_default() += o;
                         continue;
                     }
+                    if r.site == Site::Idle {
+                        // Waiting for input with a request out to an
+                        // upstream: that part waited on the upstream.
+                        let from = span.start_ns.max(start);
+                        let to = span.end_ns.min(end);
+                        let upstream = self.upstream_during(tid, from, to, &mut s);
+                        *s.blocked.entry(r.site).or_default() += (o - upstream).max(0.0);
+                        continue;
+                    }
                     *s.blocked.entry(r.site).or_default() += o;
-                    if r.site != Site::Idle {
-                        let what = r
-                            .syscall
-                            .map_or_else(|| "page fault".to_string(), syscalls::name);
-                        *s.by_wait.entry(what).or_default() += o;
-                        if let Some(w) = &r.waker {
-                            let who = w.describe();
-                            *s.by_waker.entry(who.clone()).or_default() += o;
-                            if w.context == WakeContext::Task && w.tid != tid {
-                                let from = span.start_ns.max(start);
-                                let to = span.end_ns.min(end);
-                                self.waker_during(
-                                    w.tid,
-                                    from,
-                                    to,
-                                    s.waker_did.entry(who).or_default(),
-                                );
-                            }
+                    let what = r
+                        .syscall
+                        .map_or_else(|| "page fault".to_string(), syscalls::name);
+                    *s.by_wait.entry(what).or_default() += o;
+                    if let Some(w) = &r.waker {
+                        let who = w.describe();
+                        *s.by_waker.entry(who.clone()).or_default() += o;
+                        if w.context == WakeContext::Task && w.tid != tid {
+                            let from = span.start_ns.max(start);
+                            let to = span.end_ns.min(end);
+                            self.waker_during(w.tid, from, to, s.waker_did.entry(who).or_default());
                         }
                     }
                 }
@@ -430,6 +470,47 @@ impl<'a> Accounts<'a> {
             }
         }
         s
+    }
+
+    /// The part of [from, to] in which thread `tid` had an exchange with
+    /// an upstream in flight (sent, reply not yet arrived), booked into
+    /// `s` by upstream; returns it. Several exchanges in flight at once
+    /// count once, shared among their upstreams by their own overlap.
+    fn upstream_during(&self, tid: u32, from: u64, to: u64, s: &mut Sums) -> f64 {
+        let Some(list) = self.upstreams.get(&tid) else {
+            return 0.0;
+        };
+        let first =
+            list.partition_point(|u| u.sent_ns < from.saturating_sub(self.longest_exchange));
+        let mut clipped: Vec<(u64, u64, &str)> = Vec::new();
+        for u in list[first..].iter().take_while(|u| u.sent_ns < to) {
+            let (a, b) = (u.sent_ns.max(from), u.replied_ns().min(to));
+            if b > a {
+                clipped.push((a, b, u.peer.as_str()));
+                s.upstream_reply = s.upstream_reply.max(u.reply_ns());
+            }
+        }
+        if clipped.is_empty() {
+            return 0.0;
+        }
+        // The union of the clipped intervals (sorted by start already).
+        let (mut union, mut cur) = (0u64, (clipped[0].0, clipped[0].1));
+        for &(a, b, _) in &clipped[1..] {
+            if a > cur.1 {
+                union += cur.1 - cur.0;
+                cur = (a, b);
+            } else {
+                cur.1 = cur.1.max(b);
+            }
+        }
+        union += cur.1 - cur.0;
+        let all: u64 = clipped.iter().map(|&(a, b, _)| b - a).sum();
+        for &(a, b, peer) in &clipped {
+            *s.by_upstream.entry(peer.to_string()).or_default() +=
+                union as f64 * (b - a) as f64 / all as f64;
+        }
+        s.upstream += union as f64;
+        union as f64
     }
 
     /// What thread `tid` did in [from, to], by its own off-CPU records:
@@ -574,6 +655,9 @@ impl<'a> Accounts<'a> {
             woken_by_ns: 0,
             waker_meanwhile: None,
             waker_meanwhile_ns: 0,
+            upstream_ns: s.upstream as u64,
+            upstream: top(&s.by_upstream),
+            upstream_reply_ns: s.upstream_reply,
             idle_ns: blocked(Site::Idle) as u64,
             hardirq_ns: hardirq as u64,
             softirq_ns: softirq as u64,

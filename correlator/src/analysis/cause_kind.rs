@@ -28,6 +28,10 @@ pub enum CauseKind {
     Softirq,
     /// On-CPU kernel time in one syscall (named).
     Syscall,
+    /// Waiting for input while a request to an upstream (a connection the
+    /// server opened: backend, database, cache) was in flight: the
+    /// upstream's reply was late (named by its address).
+    Upstream,
     /// Running its own code.
     OnCpu,
     /// Busy serving under load that grows the spikes.
@@ -61,6 +65,7 @@ impl CauseKind {
             CauseKind::Hardirq => "hardirq",
             CauseKind::Softirq => "softirq",
             CauseKind::Syscall => "syscall",
+            CauseKind::Upstream => "upstream",
             CauseKind::OnCpu => "on_cpu",
             CauseKind::Queueing => "queueing",
             CauseKind::Steal => "steal",
@@ -114,6 +119,7 @@ impl CauseKind {
             CauseKind::Syscall => a.syscall_ns,
             CauseKind::OnCpu | CauseKind::Queueing => a.on_cpu_user_ns,
             CauseKind::Steal => a.steal_ns,
+            CauseKind::Upstream => a.upstream_ns,
             CauseKind::Idle => a.idle_ns,
             CauseKind::CpuWakeup => a.runnable_idle_ns,
         }
@@ -140,6 +146,10 @@ impl CauseKind {
                 "make the server call {} less often or off the request path, and re-measure",
                 detail.unwrap_or("that syscall")
             ),
+            CauseKind::Upstream => format!(
+                "look at the upstream{}: its own latency at those times (its load, its stalls); bound the wait (timeouts, hedged requests, more connections); re-measure",
+                detail.map_or(String::new(), |d| format!(" {d}"))
+            ),
             CauseKind::OnCpu => "profile the server's threads during episodes (perf record -t TID) and re-measure after changing what runs there".into(),
             CauseKind::Queueing => "re-measure at a lower rate or with more capacity (workers, cores); the tail should shrink if it is queueing".into(),
             CauseKind::Steal => "not the server's doing: move to dedicated vCPUs or a less contended host, and re-measure".into(),
@@ -157,7 +167,7 @@ impl std::fmt::Display for CauseKind {
 
 /// Categories tested against the baseline (`Queueing` is `OnCpu` under a
 /// load-correlated signature, decided by the sweep, not by this test).
-pub(crate) const SERVER_CAUSES: [CauseKind; 10] = [
+pub(crate) const SERVER_CAUSES: [CauseKind; 11] = [
     CauseKind::PageFaults,
     CauseKind::MajorFaults,
     CauseKind::Migrations,
@@ -167,6 +177,7 @@ pub(crate) const SERVER_CAUSES: [CauseKind; 10] = [
     CauseKind::Hardirq,
     CauseKind::Softirq,
     CauseKind::Syscall,
+    CauseKind::Upstream,
     CauseKind::OnCpu,
 ];
 

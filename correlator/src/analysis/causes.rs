@@ -509,6 +509,28 @@ fn evidence(
             );
             (text, by)
         }
+        CauseKind::Upstream => {
+            let peer = dominant(episodes, |a| a.upstream.as_ref(), |a| a.upstream_ns);
+            let mut longest: Vec<u64> = episodes
+                .iter()
+                .map(|e| e.account.upstream_reply_ns)
+                .filter(|&r| r > 0)
+                .collect();
+            longest.sort_unstable();
+            let replies = match longest.last() {
+                Some(hi) => format!(
+                    "; the longest reply in flight in an episode took {} at the median, {} at most",
+                    ms(longest[longest.len() / 2] as f64),
+                    ms(*hi as f64)
+                ),
+                None => String::new(),
+            };
+            let text = format!(
+                "{thread} waited for its upstream {} (a request sent, its reply not yet back) instead of serving: {base}{replies}",
+                peer.as_deref().unwrap_or("(unnamed)")
+            );
+            (text, peer)
+        }
         CauseKind::Syscall => {
             let call = dominant(episodes, |a| a.top_syscall.as_ref(), |a| a.top_syscall_ns);
             let text = format!(

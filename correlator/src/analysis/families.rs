@@ -189,6 +189,7 @@ pub(super) fn dominant(a: &TimeAccount) -> (CauseKind, Option<String>) {
     let detail = match cause {
         CauseKind::Blocking => a.wait_site.clone(),
         CauseKind::Syscall => a.top_syscall.clone(),
+        CauseKind::Upstream => a.upstream.clone(),
         // The neighbour's name, not its pid: a pool of workers is one cause.
         CauseKind::Preemption => a
             .preempted_by

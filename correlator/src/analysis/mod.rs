@@ -20,6 +20,7 @@ pub mod kernel;
 pub mod paths;
 pub mod runtimes;
 mod signature;
+pub mod upstreams;
 
 use std::collections::BTreeMap;
 

@@ -81,8 +81,10 @@ impl PathCategory {
             ),
             CauseKind::Preemption => self == Runnable,
             // A stack of the waiting thread shows the safepoint's barrier,
-            // not the collector's work: its time comes from the waker.
+            // not the collector's work: its time comes from the waker. An
+            // upstream wait's stack is the event loop's wait for anything.
             CauseKind::GarbageCollection
+            | CauseKind::Upstream
             | CauseKind::Hardirq
             | CauseKind::Steal
             | CauseKind::Idle

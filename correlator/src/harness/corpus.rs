@@ -52,12 +52,14 @@ enum Truth {
 }
 
 /// Causes the corpus's real software shows that the analysis has no
-/// kind for yet (issue 37 names them).
+/// kind for yet (issue 38 names them). Upstream waits were one until
+/// issue 37 named them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum UnnamedCause {
-    /// The server waiting on a slow backend it sends requests to.
-    Upstream,
+    /// The server reclaiming memory (its cgroup's limit, or the machine's)
+    /// inside its request path.
+    MemoryReclaim,
 }
 
 impl Case {
@@ -364,13 +366,14 @@ mod tests {
     fn truths_read_named_and_unnamed_causes() {
         let c = case(
             r#"{"name": "x", "signature": "periodic",
-                "causes": ["upstream", "blocking"], "also": []}"#,
+                "causes": ["memory_reclaim", "blocking", "upstream"], "also": []}"#,
         );
         assert_eq!(
             c.causes,
             vec![
-                Truth::Unnamed(UnnamedCause::Upstream),
-                Truth::Named(CauseKind::Blocking)
+                Truth::Unnamed(UnnamedCause::MemoryReclaim),
+                Truth::Named(CauseKind::Blocking),
+                Truth::Named(CauseKind::Upstream)
             ]
         );
         assert!(c.is_cause(CauseKind::Blocking));
@@ -386,8 +389,9 @@ mod tests {
 
     #[test]
     fn an_unnamed_truth_scores_wrong_whatever_is_claimed() {
-        let c =
-            case(r#"{"name": "x", "signature": "sporadic", "causes": ["upstream"], "also": []}"#);
+        let c = case(
+            r#"{"name": "x", "signature": "sporadic", "causes": ["memory_reclaim"], "also": []}"#,
+        );
         let mut s = CaseScore::default();
         let mut m = Confusion::default();
         for server in [vec![], vec![CauseKind::Blocking]] {

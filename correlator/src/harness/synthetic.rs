@@ -153,6 +153,7 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         thread_accounts: accounts,
         stack_samples: Vec::new(),
         stacks: Default::default(),
+        upstreams: Vec::new(),
         clocks: None,
         syscalls: Vec::new(),
         syscall_totals: BTreeMap::new(),

@@ -406,6 +406,7 @@ impl Synth {
             thread_names: BTreeMap::new(),
             stack_samples: Vec::new(),
             stacks: Default::default(),
+            upstreams: Vec::new(),
             clocks: None,
         };
         let lat = LatencyCapture {

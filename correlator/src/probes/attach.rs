@@ -195,31 +195,54 @@ impl SocketHooks {
     }
 }
 
-/// Attaches the passive request-latency programs.
-pub(super) fn attach_passive(
+/// What the socket tracepoints are attached for.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SocketUse {
+    /// `--syscalls` requests paired at the socket layer.
+    pub pairing: bool,
+    /// `--from-arrival`: those requests timed from their bytes' arrival.
+    pub arrival: bool,
+    /// The target's upstream exchanges timed.
+    pub upstreams: bool,
+}
+
+/// Attaches the socket layer's tracepoints for what `used` asks (the
+/// caller checked the kernel has them).
+pub(super) fn attach_sockets(
     ebpf: &mut Ebpf,
     btf: &aya::Btf,
+    sockets: SocketHooks,
+    used: SocketUse,
+) -> Result<()> {
+    if !(used.pairing || used.upstreams) {
+        return Ok(());
+    }
+    for prog in ["sock_recv_length", "sock_send_length"] {
+        attach_tracepoint(ebpf, prog, btf)?;
+    }
+    if sockets.lifecycle {
+        attach_tracepoint(ebpf, "inet_sock_set_state", btf)?;
+    }
+    if sockets.arrival && (used.arrival || used.upstreams) {
+        attach_tracepoint(ebpf, "sk_data_ready", btf)?;
+    }
+    if used.pairing && !used.arrival {
+        log::info!("server-side latency starts at the first read of each request");
+    }
+    Ok(())
+}
+
+/// Attaches the passive request-latency programs (the socket tracepoints
+/// are `attach_sockets`'s).
+pub(super) fn attach_passive(
+    ebpf: &mut Ebpf,
     source: &PassiveSource,
     pid: u32,
     hooks: bool,
     sockets: SocketHooks,
 ) -> Result<()> {
     match source {
-        // The socket layer's tracepoints pair the requests where the kernel
-        // has them, whatever the syscall time mode.
-        PassiveSource::Syscalls if sockets.transfers => {
-            for prog in ["sock_recv_length", "sock_send_length"] {
-                attach_tracepoint(ebpf, prog, btf)?;
-            }
-            if sockets.lifecycle {
-                attach_tracepoint(ebpf, "inet_sock_set_state", btf)?;
-            }
-            if sockets.arrival {
-                attach_tracepoint(ebpf, "sk_data_ready", btf)?;
-            } else {
-                log::info!("server-side latency starts at the first read of each request");
-            }
-        }
+        PassiveSource::Syscalls if sockets.transfers => {}
         // Older kernels: sys_exit (attached for syscall time) pairs the
         // requests; the flag in CONFIG turns that on.
         PassiveSource::Syscalls if hooks => {}

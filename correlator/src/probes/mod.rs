@@ -9,7 +9,8 @@ pub mod tracefs;
 
 pub use attach::{PERF_EVENTS, TRACEPOINTS};
 use attach::{
-    SocketHooks, ThreadTable, attach_all, attach_passive, bpf_stats_sysctl_on, load_error,
+    SocketHooks, SocketUse, ThreadTable, attach_all, attach_passive, attach_sockets,
+    bpf_stats_sysctl_on, load_error,
 };
 pub use totals::{IRQ_KIND_NAMES, KernelTotals};
 
@@ -25,6 +26,7 @@ use correlator_common::{
     BUCKET_SLOTS, Bucket, Config, CpuState, NUM_COUNTERS, NUM_IRQ_KINDS, NUM_SOFTIRQ_VECTORS,
     NUM_TOTALS, OffCpuRecord, RequestRecord, STACK_OVERFLOW_SLOTS, STACK_SLOTS, SYSCALL_SLOTS,
     SampleRecord, SyscallRecord, SyscallTotal, TOTAL_IRQ_KIND_BASE, ThreadBucket, Total,
+    UpstreamRecord,
 };
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +38,7 @@ use crate::{
         OffCpu, SyscallSpan, ThreadAccount, Timeline,
         stacks::{RawStacks, Sample},
         syscalls,
+        upstreams::UpstreamExchange,
     },
 };
 
@@ -66,6 +69,9 @@ pub struct ProbeConfig {
     /// `--from-arrival`: `--syscalls` requests timed from their bytes'
     /// arrival in the socket (`sk_data_ready`), not the first read.
     pub from_arrival: bool,
+    /// Time the target's exchanges with its upstreams (connections it
+    /// opened): what its waits were for, when they were not for work.
+    pub upstreams: bool,
 }
 
 impl ProbeConfig {
@@ -92,6 +98,7 @@ impl Default for ProbeConfig {
             bpf_stats: true,
             syscall_time: SyscallTime::Exact,
             from_arrival: false,
+            upstreams: true,
         }
     }
 }
@@ -154,6 +161,7 @@ pub struct Probes {
     syscall_records: RingBuf<MapData>,
     syscall_totals: PerCpuArray<MapData, SyscallTotal>,
     samples: RingBuf<MapData>,
+    upstreams: RingBuf<MapData>,
     stacks: StackTraceMap<MapData>,
     /// Stacks whose slot in `stacks` held another one; their ids are
     /// offset by `STACK_SLOTS`.
@@ -252,6 +260,18 @@ impl Probes {
             stacks: u64::from(cfg.stacks),
             spin_cpus: aya::util::nr_cpus()
                 .map_or(0, |n| u64::from(n.get().min(correlator_common::SPIN_CPUS))),
+            pair_at_sockets: 0,
+            requests_from_arrival: 0,
+            upstreams: 0,
+            skc_family_offset: kernel_btf
+                .member_offset("sock_common", "skc_family")?
+                .into(),
+            skc_num_offset: kernel_btf.member_offset("sock_common", "skc_num")?.into(),
+            skc_dport_offset: kernel_btf.member_offset("sock_common", "skc_dport")?.into(),
+            skc_daddr_offset: kernel_btf.member_offset("sock_common", "skc_daddr")?.into(),
+            skc_v6_daddr_offset: kernel_btf
+                .member_offset("sock_common", "skc_v6_daddr")?
+                .into(),
         };
         let mut config = config;
         // Steal at ns resolution, reached from the task's run queue; kernels
@@ -270,19 +290,24 @@ impl Probes {
         if !cfg!(target_arch = "x86_64") {
             bail!("correlator knows the x86-64 syscall numbers only");
         }
-        let mut sockets = SocketHooks::of(&kernel_btf);
+        let sockets = SocketHooks::of(&kernel_btf);
         if cfg.from_arrival && !(sockets.arrival && sockets.transfers) {
             bail!(
                 "--from-arrival needs the sk_data_ready and sock_recv_length tracepoints (Linux 6.10 or later)"
             );
         }
-        sockets.arrival &= cfg.from_arrival;
+        config.requests_from_arrival = u64::from(cfg.from_arrival);
+        // Upstream exchanges are timed at the socket tracepoints, from the
+        // reply's arrival where the kernel has sk_data_ready.
+        let upstreams = cfg.upstreams && sockets.transfers && sockets.lifecycle;
+        config.upstreams = u64::from(upstreams);
         match &cfg.passive {
+            Some(PassiveSource::Syscalls) if sockets.transfers => config.pair_at_sockets = 1,
             // Kernels before 6.3 have no socket tracepoints: sys_exit pairs
             // the requests there (when the syscall hooks are on).
-            Some(PassiveSource::Syscalls) if !sockets.transfers => config.passive_syscalls = 1,
+            Some(PassiveSource::Syscalls) => config.passive_syscalls = 1,
             Some(PassiveSource::Uprobe { every, .. }) => config.uprobe_every = (*every).max(1),
-            Some(PassiveSource::Syscalls) | None => {}
+            None => {}
         }
         // Reference-counted: stays on while we hold the fd and does not
         // fight other tools (unlike flipping the kernel.bpf_stats_enabled sysctl).
@@ -333,8 +358,29 @@ impl Probes {
             hooks,
             locks,
         )?;
+        if upstreams {
+            // Borrowed, not taken: the programs load after this and need
+            // the map's descriptor.
+            let mut ports: HashMap<&mut MapData, u16, u8> = HashMap::try_from(
+                ebpf.map_mut("LISTEN_PORTS")
+                    .context("map LISTEN_PORTS missing from the eBPF object")?,
+            )?;
+            for port in target.listening_ports() {
+                ports.insert(&port, &1, 0).context("writing LISTEN_PORTS")?;
+            }
+        }
+        attach_sockets(
+            &mut ebpf,
+            &aya_btf,
+            sockets,
+            SocketUse {
+                pairing: config.pair_at_sockets != 0,
+                arrival: cfg.from_arrival,
+                upstreams,
+            },
+        )?;
         if let Some(source) = &cfg.passive {
-            attach_passive(&mut ebpf, &aya_btf, source, target.pid, hooks, sockets)?;
+            attach_passive(&mut ebpf, source, target.pid, hooks, sockets)?;
         }
         // After attaching, so a thread created meanwhile is seen by
         // task_newtask or by this scan.
@@ -353,6 +399,7 @@ impl Probes {
             syscall_records: take_map(&mut ebpf, "SYSCALL_RECORDS")?,
             syscall_totals: take_map(&mut ebpf, "SYSCALL_TOTALS")?,
             samples: take_map(&mut ebpf, "SAMPLES")?,
+            upstreams: take_map(&mut ebpf, "UPSTREAMS")?,
             stacks: take_map(&mut ebpf, "STACKS")?,
             stacks_overflow: take_map(&mut ebpf, "STACKS_OVERFLOW")?,
             names: std::collections::HashMap::new(),
@@ -362,9 +409,7 @@ impl Probes {
             _stats: stats,
             stats_enabled,
             steal_measured: config.task_cfs_rq_offset != 0,
-            arrival_timed: matches!(cfg.passive, Some(PassiveSource::Syscalls))
-                && sockets.transfers
-                && sockets.arrival,
+            arrival_timed: config.pair_at_sockets != 0 && cfg.from_arrival,
         })
     }
 
@@ -469,6 +514,13 @@ impl Probes {
                 // SAFETY: as above, a whole SampleRecord.
                 let rec = unsafe { item.as_ptr().cast::<SampleRecord>().read_unaligned() };
                 timeline.push_sample(Sample::from(&rec));
+            }
+        }
+        while let Some(item) = self.upstreams.next() {
+            if item.len() >= size_of::<UpstreamRecord>() {
+                // SAFETY: as above, a whole UpstreamRecord.
+                let rec = unsafe { item.as_ptr().cast::<UpstreamRecord>().read_unaligned() };
+                timeline.push_upstream(UpstreamExchange::from(&rec));
             }
         }
     }
@@ -588,6 +640,7 @@ impl Probes {
         totals.softirq_vectors = softirqs;
         totals.accounts_lost = sum[Total::AccountsLost as usize];
         totals.syscall_records_lost = sum[Total::SyscallRecordsLost as usize];
+        totals.upstreams_lost = sum[Total::UpstreamsLost as usize];
         totals.samples = sum[Total::Samples as usize];
         totals.stack_collisions = sum[Total::StackCollisions as usize];
         totals.stack_errors = sum[Total::StackErrors as usize];

@@ -30,6 +30,8 @@ pub struct KernelTotals {
     /// Thread accounts and syscall records lost to a full ring buffer.
     pub accounts_lost: u64,
     pub syscall_records_lost: u64,
+    /// Upstream exchanges not recorded (ring or connection table full).
+    pub upstreams_lost: u64,
     /// On-CPU samples taken of target threads.
     pub samples: u64,
     /// `--stacks`: stacks not stored (their slot held another stack),
@@ -73,6 +75,7 @@ impl KernelTotals {
             .from_arrival
             .saturating_sub(earlier.passive.from_arrival);
         d.accounts_lost = d.accounts_lost.saturating_sub(earlier.accounts_lost);
+        d.upstreams_lost = d.upstreams_lost.saturating_sub(earlier.upstreams_lost);
         d.syscall_records_lost = d
             .syscall_records_lost
             .saturating_sub(earlier.syscall_records_lost);
@@ -105,6 +108,7 @@ impl KernelTotals {
             + self.accounts_lost
             + self.syscall_records_lost
             + self.sample_records_lost
+            + self.upstreams_lost
     }
 
     /// Per-IRQ-kind counts with their names.

@@ -73,6 +73,10 @@ pub struct Report {
     /// `--stacks`: folded stacks of episode and baseline time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code_paths: Option<CodePaths>,
+    /// The target's upstreams (connections it opened) and their reply
+    /// times inside and outside the episodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstreams: Vec<crate::analysis::upstreams::UpstreamSummary>,
     /// Episode families, by impact on the chosen percentile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub families: Vec<crate::analysis::families::Family>,
@@ -245,6 +249,7 @@ impl Report {
                 .as_ref()
                 .filter(|s| s.latency.source != latency.source)
                 .map(|s| ServerSide::build(s, latency, &episodes)),
+            upstreams: analysis::upstreams::summarize(&run.upstreams, &episodes),
             latency: latency_report,
             events: run.totals.clone(),
             losses: run.losses.clone(),

@@ -154,6 +154,9 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(out, "           warning: {w}");
         }
     }
+    for u in r.upstreams.iter().take(3) {
+        let _ = writeln!(out, "{}", upstream_line(u));
+    }
     let e = &r.events;
     let _ = writeln!(
         out,
@@ -201,10 +204,35 @@ pub fn render(r: &Report) -> String {
     out
 }
 
+/// One upstream's reply times, inside the episodes and outside them.
+fn upstream_line(u: &crate::analysis::upstreams::UpstreamSummary) -> String {
+    let ms = |ns: u64| format!("{:.2}ms", ns as f64 / 1e6);
+    let inside = if u.in_episodes > 0 {
+        format!(
+            "; {} in flight during episodes, the longest {}",
+            u.in_episodes,
+            ms(u.in_episodes_max_ns)
+        )
+    } else {
+        String::new()
+    };
+    let outside = u.outside_p99_ns.map_or(String::new(), |p| {
+        format!(" (p99 outside the episodes {})", ms(p))
+    });
+    format!(
+        "UPSTREAM   {}: {} exchanges, replies p50 {} p99 {} max {}{inside}{outside}",
+        u.peer,
+        u.exchanges,
+        ms(u.p50_ns),
+        ms(u.p99_ns),
+        ms(u.max_ns)
+    )
+}
+
 /// The episodes' accounts summed: each category's share of episode time,
 /// largest first.
 fn account_line(r: &Report) -> String {
-    let mut sum = [0u64; 17];
+    let mut sum = [0u64; 19];
     let mut total = 0u64;
     for e in &r.episodes {
         let a = &e.account;
@@ -221,6 +249,8 @@ fn account_line(r: &Report) -> String {
             a.blocked_io_ns,
             a.blocked_fault_ns + a.fault_major_ns,
             a.blocked_sleep_ns + a.blocked_other_ns,
+            a.runtime_pause_ns,
+            a.upstream_ns,
             a.idle_ns,
             a.hardirq_ns + a.softirq_ns,
             a.steal_ns
@@ -233,7 +263,7 @@ fn account_line(r: &Report) -> String {
             *s += v;
         }
     }
-    const NAMES: [&str; 17] = [
+    let names = [
         "user code",
         "syscalls",
         "fault handling",
@@ -245,6 +275,8 @@ fn account_line(r: &Report) -> String {
         "io",
         "major faults",
         "sleep/other waits",
+        "runtime pause",
+        "upstream",
         "idle",
         "IRQs",
         "steal",
@@ -252,7 +284,7 @@ fn account_line(r: &Report) -> String {
         "lock holder stalled (host)",
         "unexplained",
     ];
-    let mut parts: Vec<(u64, &str)> = sum.into_iter().zip(NAMES).filter(|(v, _)| *v > 0).collect();
+    let mut parts: Vec<(u64, &str)> = sum.into_iter().zip(names).filter(|(v, _)| *v > 0).collect();
     parts.sort_by_key(|p| std::cmp::Reverse(p.0));
     parts
         .iter()

@@ -126,6 +126,8 @@ pub fn recover(start: Start, deltas: Vec<Delta>, torn_bytes: usize) -> RunFile {
         thread_names: start.thread_names,
         stack_samples: Vec::new(),
         stacks: Default::default(),
+        // Not journaled: a recovered run has no upstream exchanges.
+        upstreams: Vec::new(),
         clocks: None,
     };
     let frames = deltas.len();

@@ -138,6 +138,9 @@ pub struct Losses {
     pub accounts_lost: u64,
     #[serde(default)]
     pub syscall_records_lost: u64,
+    /// Upstream exchanges the kernel could not record.
+    #[serde(default)]
+    pub upstreams_lost: u64,
     /// `--stacks`: sample records lost to their full ring buffer; stacks
     /// not stored because other stacks held their slot in both stack maps;
     /// stacks referenced but gone from the map when read.
@@ -161,6 +164,7 @@ impl Losses {
             + self.bucket_events_undrained
             + self.accounts_lost
             + self.syscall_records_lost
+            + self.upstreams_lost
             + self.sample_records_lost
             + self.stack_collisions
             + self.stacks_missing
@@ -313,6 +317,10 @@ pub struct RunFile {
     /// `--stacks`: the stacks samples and off-CPU records reference.
     #[serde(default, skip_serializing_if = "StackTable::is_empty")]
     pub stacks: StackTable,
+    /// The target's exchanges with its upstreams (connections it opened),
+    /// in the order their replies were read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstreams: Vec<crate::timeline::upstreams::UpstreamExchange>,
     /// The run's clock (CLOCK_MONOTONIC) against BOOTTIME and wall time,
     /// read at the end of recording (absent in older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -418,6 +426,7 @@ impl RunFile {
             bucket_events_undrained: undrained,
             accounts_lost: c.kernel.accounts_lost,
             syscall_records_lost: c.kernel.syscall_records_lost,
+            upstreams_lost: c.kernel.upstreams_lost,
             sample_records_lost: c.kernel.sample_records_lost,
             stack_collisions: c.kernel.stack_collisions,
             stacks_missing: c.stacks.missing,
@@ -498,6 +507,7 @@ impl RunFile {
             thread_names: c.thread_names,
             stack_samples: c.timeline.samples().to_vec(),
             stacks: c.stacks,
+            upstreams: c.timeline.upstreams().to_vec(),
             clocks: Some(crate::clock::ClockSnapshot::now()),
         }
     }

@@ -10,6 +10,7 @@ pub mod columns;
 pub mod stacks;
 pub mod steal;
 pub mod syscalls;
+pub mod upstreams;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -357,6 +358,7 @@ pub struct Timeline {
     accounts: Vec<ThreadAccount>,
     syscalls: Vec<SyscallSpan>,
     samples: Vec<stacks::Sample>,
+    upstreams: Vec<upstreams::UpstreamExchange>,
     max_records: usize,
     records_over_cap: u64,
     /// Buckets changed since [`Timeline::take_touched`] last ran, when a
@@ -374,6 +376,7 @@ impl Timeline {
             accounts: Vec::new(),
             syscalls: Vec::new(),
             samples: Vec::new(),
+            upstreams: Vec::new(),
             max_records,
             records_over_cap: 0,
             touched: None,
@@ -460,6 +463,19 @@ impl Timeline {
             self.max_records,
             &mut self.records_over_cap,
         );
+    }
+
+    pub fn push_upstream(&mut self, exchange: upstreams::UpstreamExchange) {
+        Self::capped(
+            &mut self.upstreams,
+            exchange,
+            self.max_records,
+            &mut self.records_over_cap,
+        );
+    }
+
+    pub fn upstreams(&self) -> &[upstreams::UpstreamExchange] {
+        &self.upstreams
     }
 
     pub fn samples(&self) -> &[stacks::Sample] {

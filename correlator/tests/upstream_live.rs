@@ -1,0 +1,97 @@
+//! "Idle" that isn't: Debian's haproxy in front of a backend that stalls.
+//! The backend (the testkit's test server) sleeps 20 ms on every 500th
+//! request while holding its one lock, so every request in flight behind
+//! it waits too; haproxy's one thread meanwhile waits in `epoll_wait`
+//! with the stalled request out to its upstream. `correlator run` against
+//! haproxy must lead with an upstream wait named by the backend's
+//! address:port, never with `idle` (a delay before the requests reached
+//! the server), and time the backend's replies: the longest in flight in
+//! the episodes at least the stall, the others fast. Needs root + BPF and
+//! haproxy (fails, not skips, with CI=true).
+
+use std::process::Command;
+
+use crate::util::{Proc, debian_binary, free_port, helper_server, run_report, scratch};
+
+live_test! {
+    fn a_proxy_waiting_on_its_backend_names_the_upstream() {
+        let Some(haproxy) = debian_binary("/usr/sbin/haproxy", "upstream") else {
+            return;
+        };
+        let dir = scratch("upstream-haproxy");
+        let (backend, backend_addr) = helper_server(
+            "testserver",
+            &["--stall-every", "500", "--stall", "20ms"],
+        );
+        let _ = Command::new("taskset")
+            .args(["-apc", "0", &backend.0.id().to_string()])
+            .output();
+        let port = free_port();
+        let config = dir.join("haproxy.cfg");
+        std::fs::write(
+            &config,
+            format!(
+                "global\n  nbthread 1\n  maxconn 4096\n\
+                 defaults\n  mode http\n  timeout connect 1s\n  timeout client 30s\n  timeout server 30s\n  http-reuse always\n\
+                 frontend fe\n  bind 127.0.0.1:{port}\n  default_backend be\n\
+                 backend be\n  server b1 {backend_addr}\n"
+            ),
+        )
+        .expect("haproxy.cfg");
+        let proxy = Proc(
+            Command::new("taskset")
+                .args(["-c", "1", &haproxy, "-db", "-f"])
+                .arg(&config)
+                .spawn()
+                .expect("haproxy"),
+        );
+        crate::util::wait_listening(port);
+        let report = run_report(
+            proxy.0.id(),
+            &format!("http://127.0.0.1:{port}/"),
+            2000,
+            "10s",
+            &dir,
+            &[],
+        );
+        drop(proxy);
+        drop(backend);
+
+        let c = &report["classification"];
+        let first = &c["causes"][0];
+        assert_eq!(first["cause"], "upstream", "the first cause: {c:#}");
+        let evidence = first["evidence"].as_str().expect("evidence");
+        assert!(
+            evidence.contains(&format!("upstream {backend_addr}")),
+            "the backend {backend_addr} is not named: {evidence}"
+        );
+        // Idle is what is left of the waits with nothing out upstream.
+        let share = |name: &str| {
+            c["causes"]
+                .as_array()
+                .expect("causes")
+                .iter()
+                .find(|x| x["cause"] == name)
+                .map_or(0.0, |x| x["score"].as_f64().expect("score"))
+        };
+        assert!(
+            share("idle") < 0.2 * share("upstream"),
+            "idle {:.3} beside upstream {:.3}",
+            share("idle"),
+            share("upstream")
+        );
+        let u = &report["upstreams"][0];
+        assert_eq!(u["peer"], backend_addr.as_str(), "{:#}", report["upstreams"]);
+        let ms = |v: &serde_json::Value| v.as_u64().expect("ns") as f64 / 1e6;
+        assert!(
+            ms(&u["in_episodes_max_ns"]) >= 20.0,
+            "the longest reply in flight in the episodes took {:.2} ms (the backend stalls 20 ms)",
+            ms(&u["in_episodes_max_ns"])
+        );
+        assert!(
+            ms(&u["outside_p99_ns"]) < 5.0,
+            "replies outside the episodes: p99 {:.2} ms",
+            ms(&u["outside_p99_ns"])
+        );
+    }
+}

@@ -525,6 +525,7 @@ impl Timeline {
         self.syscalls.retain(|s| s.end_ns >= ts);
         self.accounts.retain(|a| a.epoch >= first);
         self.samples.retain(|s| s.ts >= ts);
+        self.upstreams.retain(|u| u.read_ns >= ts);
     }
 
     /// Forgets everything after `ts` (buckets that start after it, records
@@ -540,6 +541,7 @@ impl Timeline {
         self.syscalls.retain(|s| s.start_ns <= ts);
         self.accounts.retain(|a| a.epoch <= last);
         self.samples.retain(|s| s.ts <= ts);
+        self.upstreams.retain(|u| u.sent_ns <= ts);
     }
 
     /// An empty timeline with this one's bucket width and record cap.
@@ -571,9 +573,27 @@ mod tests {
         a[0] = 1;
         for epoch in 0..10 {
             t.add_bucket(epoch, &a);
+            // One upstream exchange per bucket, sent at its start and
+            // read back 600 ns later.
+            t.push_upstream(upstreams::UpstreamExchange {
+                tid: 1,
+                reader_tid: 1,
+                peer: "127.0.0.1:1".into(),
+                conn: 0,
+                bytes_out: 1,
+                sent_ns: epoch * 1_000,
+                arrived_ns: None,
+                read_ns: epoch * 1_000 + 600,
+            });
         }
         t.prune_before(3_500);
         t.prune_after(7_200);
+        // The exchanges that reach into the window: read after 3,500 and
+        // sent before 7,200.
+        assert_eq!(
+            t.upstreams().iter().map(|u| u.sent_ns).collect::<Vec<_>>(),
+            vec![3_000, 4_000, 5_000, 6_000, 7_000]
+        );
         // Buckets 3..=7 (bucket 3 starts before 3,500 but reaches into it).
         assert_eq!(
             t.buckets().map(|(e, _)| e).collect::<Vec<_>>(),

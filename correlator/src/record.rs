@@ -28,6 +28,10 @@ use crate::{
 /// How often the buckets and the ring buffer are drained.
 const DRAIN_EVERY: Duration = Duration::from_millis(100);
 
+/// Drains between two reads of the target's thread names (once a second:
+/// a read per thread, from /proc).
+const NAMES_EVERY: u32 = 10;
+
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
     pub pid: u32,
@@ -173,6 +177,11 @@ pub async fn capture(
                     });
                 }
                 ticks += 1;
+                // Threads that exit before the end (a worker per
+                // connection, closed when the load stops) keep their names.
+                if ticks.is_multiple_of(NAMES_EVERY) {
+                    target.thread_names(cfg.follow_children, &mut thread_names);
+                }
                 if let Some(j) = journal.as_mut().filter(|_| ticks.is_multiple_of(JOURNAL_EVERY)) {
                     j.append(
                         &mut timeline,

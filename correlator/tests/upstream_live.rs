@@ -95,3 +95,79 @@ live_test! {
         );
     }
 }
+
+/// The testkit's thread-per-connection proxy (a worker per client
+/// connection, each request sent to the backend on a connected socket,
+/// through a pool of `pool` connections when not 0) in front of the test
+/// server stalling 20 ms on every 500th request; `correlator run` against
+/// the proxy. Returns the report and the backend's address.
+fn thread_per_request(pool: &str, name: &str) -> (serde_json::Value, String) {
+    let dir = scratch(name);
+    let (backend, backend_addr) =
+        helper_server("testserver", &["--stall-every", "500", "--stall", "20ms"]);
+    let (proxy, addr) = helper_server("proxy", &["--backend", &backend_addr, "--pool", pool]);
+    for (p, cpu) in [(&backend, "0"), (&proxy, "1")] {
+        let _ = Command::new("taskset")
+            .args(["-apc", cpu, &p.0.id().to_string()])
+            .output();
+    }
+    let report = run_report(
+        proxy.0.id(),
+        &format!("tcp://{addr}"),
+        2000,
+        "10s",
+        &dir,
+        &[],
+    );
+    drop(proxy);
+    drop(backend);
+    (report, backend_addr)
+}
+
+live_test! {
+    /// Workers calling the backend on their own connections, blocked in
+    /// recvfrom for its reply: an upstream wait, periodic at the backend's
+    /// stall period (every 500th request at 2,000 req/s: 250 ms).
+    full fn a_worker_blocked_on_its_backend_names_the_upstream() {
+        let (report, backend_addr) = thread_per_request("0", "upstream-workers");
+        let c = &report["classification"];
+        assert_eq!(c["causes"][0]["cause"], "upstream", "{c:#}");
+        let evidence = c["causes"][0]["evidence"].as_str().expect("evidence");
+        assert!(evidence.contains(&format!("upstream {backend_addr}")), "{evidence}");
+        assert_eq!(c["signature"], "periodic", "{c:#}");
+        let period = c["period_ms"].as_f64().expect("period_ms");
+        assert!((period - 250.0).abs() < 10.0, "period {period} ms, the backend's is 250 ms");
+    }
+}
+
+live_test! {
+    /// Eight workers sharing two backend connections: a worker waiting for
+    /// a free connection blocks in a futex until a worker that held one
+    /// returns it; that worker was waiting for the backend meanwhile. The
+    /// pool wait is named as blocking with the chain through the
+    /// releasing worker to the upstream; the upstream wait is named too.
+    fn a_pool_wait_is_followed_to_the_backend() {
+        let (report, backend_addr) = thread_per_request("2", "upstream-pool");
+        let c = &report["classification"];
+        let causes = c["causes"].as_array().expect("causes");
+        let named = |kind: &str| causes.iter().find(|x| x["cause"] == kind);
+        let upstream = named("upstream").unwrap_or_else(|| panic!("no upstream cause: {c:#}"));
+        assert!(
+            upstream["evidence"]
+                .as_str()
+                .is_some_and(|e| e.contains(&format!("upstream {backend_addr}"))),
+            "{upstream:#}"
+        );
+        let pool = named("blocking").unwrap_or_else(|| panic!("the pool wait is not named: {c:#}"));
+        let evidence = pool["evidence"].as_str().expect("evidence");
+        assert!(
+            evidence.contains("in futex until proxy-worker (tid")
+                && evidence.contains(&format!("itself waiting for its upstream {backend_addr}")),
+            "the pool wait is not followed to the backend: {evidence}"
+        );
+        assert!(
+            causes.iter().take(2).all(|x| x["environment"] == false),
+            "the environment leads: {c:#}"
+        );
+    }
+}

@@ -474,28 +474,39 @@ impl<'a> Accounts<'a> {
 
     /// The part of [from, to] in which thread `tid` had an exchange with
     /// an upstream in flight (sent, reply not yet arrived), booked into
-    /// `s` by upstream; returns it. Several exchanges in flight at once
-    /// count once, shared among their upstreams by their own overlap.
+    /// `s` by upstream; returns it.
     fn upstream_during(&self, tid: u32, from: u64, to: u64, s: &mut Sums) -> f64 {
-        let Some(list) = self.upstreams.get(&tid) else {
+        let Some(w) = self.upstream_overlap(tid, from, to) else {
             return 0.0;
         };
+        for (peer, v) in w.by_peer {
+            *s.by_upstream.entry(peer.to_string()).or_default() += v;
+        }
+        s.upstream_reply = s.upstream_reply.max(w.longest_reply);
+        s.upstream += w.union;
+        w.union
+    }
+
+    /// Thread `tid`'s upstream exchanges in flight in [from, to] (None:
+    /// none). Several in flight at once count once, shared among their
+    /// upstreams by their own overlap.
+    fn upstream_overlap(&self, tid: u32, from: u64, to: u64) -> Option<UpstreamWait<'a>> {
+        let list = self.upstreams.get(&tid)?;
         let first =
             list.partition_point(|u| u.sent_ns < from.saturating_sub(self.longest_exchange));
         let mut clipped: Vec<(u64, u64, &str)> = Vec::new();
+        let mut longest_reply = 0;
         for u in list[first..].iter().take_while(|u| u.sent_ns < to) {
             let (a, b) = (u.sent_ns.max(from), u.replied_ns().min(to));
             if b > a {
                 clipped.push((a, b, u.peer.as_str()));
-                s.upstream_reply = s.upstream_reply.max(u.reply_ns());
+                longest_reply = longest_reply.max(u.reply_ns());
             }
         }
-        if clipped.is_empty() {
-            return 0.0;
-        }
+        let (&(a0, b0, _), rest) = clipped.split_first()?;
         // The union of the clipped intervals (sorted by start already).
-        let (mut union, mut cur) = (0u64, (clipped[0].0, clipped[0].1));
-        for &(a, b, _) in &clipped[1..] {
+        let (mut union, mut cur) = (0u64, (a0, b0));
+        for &(a, b, _) in rest {
             if a > cur.1 {
                 union += cur.1 - cur.0;
                 cur = (a, b);
@@ -505,12 +516,19 @@ impl<'a> Accounts<'a> {
         }
         union += cur.1 - cur.0;
         let all: u64 = clipped.iter().map(|&(a, b, _)| b - a).sum();
+        let mut by_peer: Vec<(&'a str, f64)> = Vec::new();
         for &(a, b, peer) in &clipped {
-            *s.by_upstream.entry(peer.to_string()).or_default() +=
-                union as f64 * (b - a) as f64 / all as f64;
+            let v = union as f64 * (b - a) as f64 / all as f64;
+            match by_peer.iter_mut().find(|(p, _)| *p == peer) {
+                Some((_, t)) => *t += v,
+                None => by_peer.push((peer, v)),
+            }
         }
-        s.upstream += union as f64;
-        union as f64
+        Some(UpstreamWait {
+            union: union as f64,
+            by_peer,
+            longest_reply,
+        })
     }
 
     /// What thread `tid` did in [from, to], by its own off-CPU records:
@@ -526,11 +544,21 @@ impl<'a> Accounts<'a> {
             let o = span.overlap(from, to) as f64;
             let r = span.record;
             let what = match span.kind {
-                OffKind::Blocked => format!(
-                    "blocked in {}",
-                    r.syscall
-                        .map_or_else(|| "a page fault".to_string(), syscalls::name)
-                ),
+                OffKind::Blocked if r.site == Site::Idle => {
+                    // Waiting for input with a request out upstream: the
+                    // chain's next link is the upstream.
+                    let (a, b) = (span.start_ns.max(from), span.end_ns.min(to));
+                    if let Some(w) = self.upstream_overlap(tid, a, b)
+                        && let Some((peer, _)) = w.by_peer.iter().max_by(|x, y| x.1.total_cmp(&y.1))
+                    {
+                        *did.entry(format!("waiting for its upstream {peer}"))
+                            .or_default() += w.union;
+                        *did.entry(blocked_in(r.syscall)).or_default() += (o - w.union).max(0.0);
+                        continue;
+                    }
+                    blocked_in(r.syscall)
+                }
+                OffKind::Blocked => blocked_in(r.syscall),
                 OffKind::Runnable if r.next_comm.is_empty() => "waiting for a CPU".to_string(),
                 OffKind::Runnable => format!("waiting for a CPU while {} ran", r.next_comm),
             };
@@ -688,6 +716,24 @@ impl<'a> Accounts<'a> {
         account.explained_share = measured.min(d) as f64 / d as f64;
         account
     }
+}
+
+/// What a blocked interval was, by its syscall.
+fn blocked_in(syscall: Option<u32>) -> String {
+    format!(
+        "blocked in {}",
+        syscall.map_or_else(|| "a page fault".to_string(), syscalls::name)
+    )
+}
+
+/// A thread's upstream exchanges in flight over a window.
+struct UpstreamWait<'a> {
+    /// Time with at least one in flight.
+    union: f64,
+    /// That time shared among the upstreams.
+    by_peer: Vec<(&'a str, f64)>,
+    /// The longest of their replies.
+    longest_reply: u64,
 }
 
 fn top(m: &HashMap<String, f64>) -> Option<String> {

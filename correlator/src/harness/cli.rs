@@ -13,6 +13,7 @@ use super::{
     eval::{self, EvalArgs},
     memcheck,
     pathserver::{self, PathServerArgs},
+    proxy::{self, ProxyArgs},
     symbench::{self, SymbenchArgs},
     synthetic,
     testserver::{self, TestServerArgs},
@@ -36,6 +37,9 @@ pub enum Helper {
     Workload(WorkloadArgs),
     /// Test server: line protocol and HTTP, with periodic stalls.
     Testserver(TestServerArgs),
+    /// Thread-per-connection server calling a backend for every request
+    /// (optionally through a small connection pool).
+    Proxy(ProxyArgs),
     /// Test server whose spikes come from named functions (code paths).
     Pathserver(PathServerArgs),
     /// Write a large synthetic run file (with latency).
@@ -79,6 +83,7 @@ pub fn execute(cli: TestkitCli) -> Result<ExitCode> {
         Helper::Workload(a) => workload::run(&a)?,
         Helper::Testserver(a) => testserver::run(&a)?,
         Helper::Pathserver(a) => pathserver::run(&a)?,
+        Helper::Proxy(a) => proxy::run(&a)?,
         Helper::SynthRun(a) => synthetic::run(a.seconds, a.requests, a.events).save(&a.out)?,
         Helper::Memcheck(a) => {
             let rec = memcheck::synthetic_run(a.rate, a.seconds);

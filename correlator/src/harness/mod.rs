@@ -13,6 +13,7 @@ pub mod eval;
 pub mod known_syscalls;
 pub mod memcheck;
 pub mod pathserver;
+pub mod proxy;
 pub mod symbench;
 pub mod synthetic;
 pub mod testserver;

@@ -40,10 +40,35 @@ pub enum Counter {
     /// it, including the rest of a softirq that woke the thread (part of
     /// `RunnableNs`; also what ksoftirqd spends while the thread waits).
     SoftIrqWaitNs = 12,
+    /// Softirq time by vector (kernel numbering, [`SOFTIRQ_NAMES`]): the
+    /// time `SoftIrqNs` and `SoftIrqWaitNs` count, told apart by source.
+    SoftIrqHiNs = 13,
+    SoftIrqTimerNs = 14,
+    SoftIrqNetTxNs = 15,
+    SoftIrqNetRxNs = 16,
+    SoftIrqBlockNs = 17,
+    SoftIrqIrqPollNs = 18,
+    SoftIrqTaskletNs = 19,
+    SoftIrqSchedNs = 20,
+    SoftIrqHrtimerNs = 21,
+    SoftIrqRcuNs = 22,
+    /// Hard-IRQ time by [`IrqKind`]: the time `HardIrqNs` and
+    /// `HardIrqWaitNs` count, told apart by source.
+    HardIrqDeviceNs = 23,
+    HardIrqLocalTimerNs = 24,
+    HardIrqRescheduleNs = 25,
+    HardIrqCallFunctionNs = 26,
+    HardIrqCallFunctionSingleNs = 27,
+    HardIrqIrqWorkNs = 28,
 }
 
 /// Number of [`Counter`] slots.
-pub const NUM_COUNTERS: usize = 13;
+pub const NUM_COUNTERS: usize = 29;
+
+/// First of the per-vector softirq time counters (vector `v` at
+/// `SOFTIRQ_NS_BASE + v`), and of the per-kind hard-IRQ ones.
+pub const SOFTIRQ_NS_BASE: usize = Counter::SoftIrqHiNs as usize;
+pub const HARDIRQ_KIND_NS_BASE: usize = Counter::HardIrqDeviceNs as usize;
 
 impl Counter {
     /// All counters, in slot order.
@@ -61,6 +86,22 @@ impl Counter {
         Counter::BlockedNs,
         Counter::HardIrqWaitNs,
         Counter::SoftIrqWaitNs,
+        Counter::SoftIrqHiNs,
+        Counter::SoftIrqTimerNs,
+        Counter::SoftIrqNetTxNs,
+        Counter::SoftIrqNetRxNs,
+        Counter::SoftIrqBlockNs,
+        Counter::SoftIrqIrqPollNs,
+        Counter::SoftIrqTaskletNs,
+        Counter::SoftIrqSchedNs,
+        Counter::SoftIrqHrtimerNs,
+        Counter::SoftIrqRcuNs,
+        Counter::HardIrqDeviceNs,
+        Counter::HardIrqLocalTimerNs,
+        Counter::HardIrqRescheduleNs,
+        Counter::HardIrqCallFunctionNs,
+        Counter::HardIrqCallFunctionSingleNs,
+        Counter::HardIrqIrqWorkNs,
     ];
 }
 
@@ -80,6 +121,9 @@ pub enum IrqKind {
 
 /// Number of [`IrqKind`]s.
 pub const NUM_IRQ_KINDS: usize = 6;
+
+const _: () = assert!(SOFTIRQ_NS_BASE + NUM_SOFTIRQ_VECTORS == HARDIRQ_KIND_NS_BASE);
+const _: () = assert!(HARDIRQ_KIND_NS_BASE + NUM_IRQ_KINDS == NUM_COUNTERS);
 
 /// Softirq vectors as numbered by the kernel (`enum` in `linux/interrupt.h`).
 pub const NUM_SOFTIRQ_VECTORS: usize = 10;

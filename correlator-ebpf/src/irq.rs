@@ -3,7 +3,8 @@
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use correlator_common::{
-    Account, Counter, CpuState, IrqKind, NUM_TOTALS, OffCpuKind, TOTAL_IRQ_KIND_BASE,
+    Account, Counter, CpuState, HARDIRQ_KIND_NS_BASE, IrqKind, NUM_SOFTIRQ_VECTORS, NUM_TOTALS,
+    OffCpuKind, SOFTIRQ_NS_BASE, TOTAL_IRQ_KIND_BASE,
 };
 
 use crate::{
@@ -14,6 +15,13 @@ use crate::{
 
 /// Bits of `CpuState::irq_while_waiting`.
 pub(crate) const HARDIRQ_WAITING: u64 = 1;
+
+/// The time counter slot of softirq vector `vec` (vectors past the last
+/// known one share its slot).
+#[inline(always)]
+fn softirq_ns_slot(vec: u32) -> usize {
+    SOFTIRQ_NS_BASE + (vec as usize).min(NUM_SOFTIRQ_VECTORS - 1)
+}
 pub(crate) const SOFTIRQ_WAITING: u64 = 2;
 
 /// Whether `cpu`'s waiting target thread really still waits for this CPU
@@ -119,6 +127,7 @@ pub(crate) fn hardirq_exit(kind: IrqKind) {
     let Some(sink) = Sink::at(ts, cpu) else {
         return;
     };
+    sink.add_at(HARDIRQ_KIND_NS_BASE + kind as usize, duration);
     if state.irq_while_waiting & HARDIRQ_WAITING != 0 {
         sink.add(Counter::HardIrqWaitNs, duration);
         thread_acct(state.waiting_tid, ts, Account::HardIrqWait, duration);
@@ -207,6 +216,8 @@ pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
             if woken > 0
                 && let Some(sink) = Sink::at(ts, cpu)
             {
+                let vec: u32 = arg(&ctx, 0);
+                sink.add_at(softirq_ns_slot(vec), woken);
                 sink.add(Counter::SoftIrqWaitNs, woken);
                 thread_acct(state.waiting_tid, ts, Account::SoftIrqWait, woken);
             }
@@ -224,13 +235,14 @@ pub fn softirq_exit(ctx: BtfTracePointContext) -> i32 {
     let Some(sink) = Sink::at(ts, cpu) else {
         return 0;
     };
+    let vec: u32 = arg(&ctx, 0);
+    sink.add_at(softirq_ns_slot(vec), duration);
     if state.irq_while_waiting & SOFTIRQ_WAITING != 0 {
         sink.add(Counter::SoftIrqWaitNs, duration);
         thread_acct(state.waiting_tid, ts, Account::SoftIrqWait, duration);
         return 0;
     }
     state.irq_ns_sum += duration;
-    let vec: u32 = arg(&ctx, 0);
     state.softirqs[(vec & 15) as usize] += 1;
     sink.add(Counter::SoftIrqs, 1);
     sink.add(Counter::SoftIrqNs, duration);

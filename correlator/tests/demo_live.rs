@@ -63,6 +63,16 @@ live_test! {
             }
         }
         assert!(wrong.is_empty(), "misattributed: {wrong:#?}");
+        // The softirq scenario's receive work is named by its vector.
+        let softirq: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("softirq.json")).expect("softirq report"),
+        )
+        .expect("json");
+        let first = &softirq["classification"]["causes"][0];
+        assert!(
+            first["evidence"].as_str().is_some_and(|e| e.contains("NET_RX")),
+            "the softirq cause does not name NET_RX: {first:#}"
+        );
         assert_eq!(
             std::fs::read_to_string(rps).expect("rps_cpus"),
             rps_before,

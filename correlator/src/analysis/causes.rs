@@ -459,8 +459,12 @@ impl Dominance {
 
 /// What kind of faults the kernel counted in the episodes: the time on
 /// the CPU in faults is a major fault's own work as well as a minor's.
+/// What the kernel counted of `family` in an episode (0 when absent).
+fn observed(e: &Episode, family: &str) -> f64 {
+    e.excess.get(family).map_or(0.0, |x| x.observed)
+}
+
 fn fault_counts(episodes: &[Episode]) -> String {
-    let observed = |e: &Episode, family: &str| e.excess.get(family).map_or(0.0, |x| x.observed);
     let (minor, major) = episodes.iter().fold((0.0, 0.0), |(minor, major), e| {
         (
             minor + observed(e, "page_faults_minor"),
@@ -468,6 +472,27 @@ fn fault_counts(episodes: &[Episode]) -> String {
         )
     });
     format!("the kernel counted {minor:.0} minor and {major:.0} major faults in the episodes")
+}
+
+/// The source that took most of a hard-IRQ or softirq cause's time in
+/// the episodes, by the kernel side's time per source (softirq vector,
+/// hard-IRQ kind), and its share of that IRQ time. None in runs recorded
+/// before the time was kept by source.
+pub(super) fn irq_source<'e>(
+    episodes: impl Iterator<Item = &'e Episode> + Clone,
+    kind: CauseKind,
+) -> Option<(&'static str, f64)> {
+    let softirq = kind == CauseKind::Softirq;
+    let mut by: Vec<(&'static str, f64)> = super::IRQ_SOURCES
+        .iter()
+        .filter(|(name, _, _)| name.starts_with("softirq") == softirq)
+        .map(|&(name, _, label)| (label, episodes.clone().map(|e| observed(e, name)).sum()))
+        .collect();
+    let total: f64 = by.iter().map(|b| b.1).sum();
+    by.sort_by(|a, b| b.1.total_cmp(&a.1));
+    by.first()
+        .filter(|b| b.1 > 0.0)
+        .map(|&(label, t)| (label, t / total))
 }
 
 /// The evidence line of a cause, and the detail its experiment names.
@@ -567,14 +592,23 @@ fn evidence(
             ),
             None,
         ),
-        CauseKind::Hardirq => (
-            format!("hard IRQs on the serving thread's CPU while it ran or waited for it: {base}"),
-            None,
-        ),
-        CauseKind::Softirq => (
-            format!("softirqs on the serving thread's CPU while it ran or waited for it: {base}"),
-            None,
-        ),
+        CauseKind::Hardirq | CauseKind::Softirq => {
+            let what = if kind == CauseKind::Hardirq {
+                "hard IRQs"
+            } else {
+                "softirqs"
+            };
+            let source = irq_source(episodes.iter(), kind);
+            let named = source.as_ref().map_or(what.to_string(), |(name, share)| {
+                format!("{what}, {name} {} of their time,", pct(*share))
+            });
+            (
+                format!(
+                    "{named} on the serving thread's CPU while it ran or waited for it: {base}"
+                ),
+                source.map(|(name, _)| name.to_string()),
+            )
+        }
         CauseKind::OnCpu => (
             format!(
                 "{thread} ran its own code: {base}: application work, GC, or something the probes cannot see"

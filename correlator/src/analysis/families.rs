@@ -270,6 +270,15 @@ pub fn families(
             } else {
                 cause
             };
+            // IRQ families are named by the source with most of their time
+            // (a softirq vector, an IPI kind), over all their episodes.
+            let detail = match cause {
+                CauseKind::Hardirq | CauseKind::Softirq => {
+                    super::causes::irq_source(members.iter().copied(), cause)
+                        .map(|(name, _)| name.to_string())
+                }
+                _ => detail,
+            };
             let spike_requests = members.iter().map(|e| e.window.requests).sum();
             let periodicity = periodicity(&members);
             let trend = trend(&members, report, latency);

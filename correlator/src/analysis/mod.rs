@@ -179,6 +179,44 @@ const TIME_FAMILIES: [(&str, Counter); 4] = [
     ("softirq_wait_ns", Counter::SoftIrqWaitNs),
 ];
 
+/// IRQ time by source (ns): what `hardirq_ns` and `softirq_ns` (and their
+/// waits) were, as (report name, counter, what a reader calls it). In an
+/// episode's `excess` only where some was seen.
+pub const IRQ_SOURCES: [(&str, Counter, &str); 16] = [
+    ("softirq_hi_ns", Counter::SoftIrqHiNs, "HI"),
+    ("softirq_timer_ns", Counter::SoftIrqTimerNs, "TIMER"),
+    ("softirq_net_tx_ns", Counter::SoftIrqNetTxNs, "NET_TX"),
+    ("softirq_net_rx_ns", Counter::SoftIrqNetRxNs, "NET_RX"),
+    ("softirq_block_ns", Counter::SoftIrqBlockNs, "BLOCK"),
+    ("softirq_irq_poll_ns", Counter::SoftIrqIrqPollNs, "IRQ_POLL"),
+    ("softirq_tasklet_ns", Counter::SoftIrqTaskletNs, "TASKLET"),
+    ("softirq_sched_ns", Counter::SoftIrqSchedNs, "SCHED"),
+    ("softirq_hrtimer_ns", Counter::SoftIrqHrtimerNs, "HRTIMER"),
+    ("softirq_rcu_ns", Counter::SoftIrqRcuNs, "RCU"),
+    ("hardirq_device_ns", Counter::HardIrqDeviceNs, "device IRQs"),
+    (
+        "hardirq_local_timer_ns",
+        Counter::HardIrqLocalTimerNs,
+        "local timer ticks",
+    ),
+    (
+        "hardirq_reschedule_ns",
+        Counter::HardIrqRescheduleNs,
+        "reschedule IPIs",
+    ),
+    (
+        "hardirq_call_function_ns",
+        Counter::HardIrqCallFunctionNs,
+        "call-function IPIs (TLB shootdowns, cross-CPU calls)",
+    ),
+    (
+        "hardirq_call_function_single_ns",
+        Counter::HardIrqCallFunctionSingleNs,
+        "single-CPU call-function IPIs (cross-CPU calls)",
+    ),
+    ("hardirq_irq_work_ns", Counter::HardIrqIrqWorkNs, "irq_work"),
+];
+
 pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) -> Analysis {
     let merged = latency.merged();
     let threshold = opts.slo_ns.or_else(|| episodes::default_threshold(&merged));
@@ -482,10 +520,16 @@ fn episode(w: &Window, kt: &KernelTimeline, baseline: &Baseline, accounts: &Acco
     let first = first.saturating_sub(1);
     let n = last - first + 1;
     let sums = kt.sums(first, last);
+    let sources = IRQ_SOURCES
+        .iter()
+        .map(|&(name, c, _)| (name, c))
+        .filter(|&(_, c)| get(&sums, c) > 0);
     let excess: BTreeMap<String, Excess> = EVENT_FAMILIES
         .iter()
         .chain(&TIME_FAMILIES)
-        .map(|&(name, c)| {
+        .copied()
+        .chain(sources)
+        .map(|(name, c)| {
             (
                 name.to_string(),
                 Excess {

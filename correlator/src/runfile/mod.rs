@@ -374,6 +374,22 @@ pub fn counter_name(c: Counter) -> &'static str {
         Counter::BlockedNs => "blocked_ns",
         Counter::HardIrqWaitNs => "hardirq_wait_ns",
         Counter::SoftIrqWaitNs => "softirq_wait_ns",
+        Counter::SoftIrqHiNs => "softirq_hi_ns",
+        Counter::SoftIrqTimerNs => "softirq_timer_ns",
+        Counter::SoftIrqNetTxNs => "softirq_net_tx_ns",
+        Counter::SoftIrqNetRxNs => "softirq_net_rx_ns",
+        Counter::SoftIrqBlockNs => "softirq_block_ns",
+        Counter::SoftIrqIrqPollNs => "softirq_irq_poll_ns",
+        Counter::SoftIrqTaskletNs => "softirq_tasklet_ns",
+        Counter::SoftIrqSchedNs => "softirq_sched_ns",
+        Counter::SoftIrqHrtimerNs => "softirq_hrtimer_ns",
+        Counter::SoftIrqRcuNs => "softirq_rcu_ns",
+        Counter::HardIrqDeviceNs => "hardirq_device_ns",
+        Counter::HardIrqLocalTimerNs => "hardirq_local_timer_ns",
+        Counter::HardIrqRescheduleNs => "hardirq_reschedule_ns",
+        Counter::HardIrqCallFunctionNs => "hardirq_call_function_ns",
+        Counter::HardIrqCallFunctionSingleNs => "hardirq_call_function_single_ns",
+        Counter::HardIrqIrqWorkNs => "hardirq_irq_work_ns",
     }
 }
 

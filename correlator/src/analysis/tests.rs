@@ -509,6 +509,10 @@ fn a_stall_of_both_fault_kinds_joins_its_fault_family() {
             (7 * MS, 3 * MS)
         };
         s.stall(at, blocked + on_cpu);
+        // A major fault per readahead window, through the blocked part.
+        for ms in 0..blocked / MS {
+            s.events(at + ms * MS, Counter::PageFaultsMajor, 4);
+        }
         s.blocked(SERVER, at, blocked, Site::Fault, None);
         s.on_cpu(SERVER, at + blocked, on_cpu, &[], 1.0);
     }
@@ -521,11 +525,38 @@ fn a_stall_of_both_fault_kinds_joins_its_fault_family() {
     assert_verdict(&a, Signature::Sporadic, CauseKind::MajorFaults);
 }
 
+/// The same uninterruptible sleeps outside a syscall with no major fault
+/// counted (memory.high throttling, an mmap_lock wait, a page migration
+/// look so): not major faults, and not any other cause; unexplained time,
+/// shown as the unnamed kernel sleep it is.
+#[test]
+fn a_kernel_sleep_without_a_major_fault_is_not_named_a_major_fault() {
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 8 * MS);
+        s.blocked(SERVER, at, 8 * MS, Site::Fault, None);
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    assert!(
+        a.classification.causes.iter().all(|c| !c.cause.is_server()),
+        "{:#?}",
+        a.classification.causes
+    );
+    let e = &a.episodes[0].account;
+    assert_eq!(e.blocked_fault_ns, 0);
+    assert!(e.unnamed_kernel_sleep_ns >= 7 * MS, "{e:#?}");
+    assert!(e.unexplained_ns >= e.unnamed_kernel_sleep_ns, "{e:#?}");
+}
+
 #[test]
 fn major_faults_and_migrations() {
     let mut s = Synth::new(10_000.0, 5);
     for at in sporadic_times(8, 5) {
         s.stall(at, 8 * MS);
+        for ms in 0..8 {
+            s.events(at + ms * MS, Counter::PageFaultsMajor, 4);
+        }
         s.blocked(SERVER, at, 8 * MS, Site::Fault, None);
     }
     s.ordinary_sleeps(SERVER);

@@ -232,7 +232,7 @@ fn upstream_line(u: &crate::analysis::upstreams::UpstreamSummary) -> String {
 /// The episodes' accounts summed: each category's share of episode time,
 /// largest first.
 fn account_line(r: &Report) -> String {
-    let mut sum = [0u64; 19];
+    let mut sum = [0u64; 20];
     let mut total = 0u64;
     for e in &r.episodes {
         let a = &e.account;
@@ -257,7 +257,8 @@ fn account_line(r: &Report) -> String {
                 .saturating_sub(a.timer_silence_ns + a.lock_holder_steal_ns),
             a.timer_silence_ns,
             a.lock_holder_steal_ns,
-            a.unexplained_ns,
+            a.unnamed_kernel_sleep_ns,
+            a.unexplained_ns.saturating_sub(a.unnamed_kernel_sleep_ns),
         ];
         for (s, v) in sum.iter_mut().zip(parts) {
             *s += v;
@@ -282,6 +283,7 @@ fn account_line(r: &Report) -> String {
         "steal",
         "timer silence (host)",
         "lock holder stalled (host)",
+        "kernel sleep outside syscalls, no major fault (unnamed)",
         "unexplained",
     ];
     let mut parts: Vec<(u64, &str)> = sum.into_iter().zip(names).filter(|(v, _)| *v > 0).collect();

@@ -190,10 +190,12 @@ pub enum Total {
     /// Upstream exchanges the kernel could not record: their ring was full
     /// or their connection table was.
     UpstreamsLost = NUM_COUNTERS as u32 + 14,
+    /// Memory stall records lost to their full ring buffer.
+    MemStallsLost = NUM_COUNTERS as u32 + 15,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 15;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 16;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -506,6 +508,41 @@ pub struct UpstreamRecord {
     pub read_ns: u64,
 }
 
+/// What held a target thread up in memory management, on its own path.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemStallKind {
+    /// Direct reclaim: the allocation found the machine short of memory
+    /// (`vmscan:mm_vmscan_direct_reclaim_begin`/`end`).
+    DirectReclaim = 1,
+    /// Reclaim in the thread's memory cgroup at its limit
+    /// (`vmscan:mm_vmscan_memcg_reclaim_begin`/`end`).
+    CgroupReclaim = 2,
+    /// Direct compaction for a higher-order allocation (THP)
+    /// (`compaction:mm_compaction_begin`/`end`).
+    Compaction = 3,
+    /// Over its cgroup's memory.high on return to user space: reclaim,
+    /// then a penalty sleep (`__mem_cgroup_handle_over_high`).
+    MemoryHigh = 4,
+    /// Waiting for the process's mmap_lock (another thread's mmap, munmap,
+    /// mprotect or fault holds it) (`mmap_lock:mmap_lock_start_locking` to
+    /// `mmap_lock_acquire_returned`).
+    MmapLock = 5,
+}
+
+/// One memory stall of a target thread at least `min_offcpu_record_ns` long.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemStallRecord {
+    pub tid: u32,
+    pub tgid: u32,
+    /// [`MemStallKind`] as u32.
+    pub kind: u32,
+    pub _pad: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
 /// In-kernel state of one upstream connection (by socket address).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -718,6 +755,12 @@ pub struct ThreadState {
     pub waker_tgid: u32,
     pub waker_context: u32,
     pub top_syscall_ns: u64,
+    /// The memory stall in progress ([`MemStallKind`] as u32, 0: none)
+    /// and when it began: the outermost one (memory.high handling
+    /// reclaims inside it).
+    pub mem_stall: u32,
+    pub _mem_pad: u32,
+    pub mem_stall_ts: u64,
     pub acct: [u64; NUM_ACCOUNT],
 }
 
@@ -787,6 +830,7 @@ mod pod {
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::RequestRecord {}
     unsafe impl aya::Pod for super::UpstreamRecord {}
+    unsafe impl aya::Pod for super::MemStallRecord {}
     unsafe impl aya::Pod for super::UpstreamState {}
     unsafe impl aya::Pod for super::ConnState {}
     unsafe impl aya::Pod for super::CallState {}

@@ -57,6 +57,7 @@ mod helpers;
 mod irq;
 mod locks;
 mod maps;
+mod memory;
 mod passive;
 mod samples;
 mod sched;

@@ -97,6 +97,10 @@ pub(crate) static LISTEN_PORTS: HashMap<u16, u8> = HashMap::with_max_entries(256
 pub(crate) static UPSTREAM_CONNS: LruHashMap<u64, UpstreamState> =
     LruHashMap::with_max_entries(16384, 0);
 
+/// Memory stall records ([`correlator_common::MemStallRecord`]).
+#[map]
+pub(crate) static MEM_STALLS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
 /// Upstream exchange records ([`correlator_common::UpstreamRecord`]).
 #[map]
 pub(crate) static UPSTREAMS: RingBuf = RingBuf::with_byte_size(2 << 20, 0);

@@ -192,6 +192,9 @@ fn knob_for(
             code("the runtime's collector settings and the server's allocation")
         }
         CauseKind::Syscall => code("the server's own syscalls"),
+        CauseKind::MemoryStall => Plan::NotConfirmable {
+            reason: "no knob for a cgroup's memory limit yet: raise it by hand for a run".into(),
+        },
         CauseKind::Upstream => Plan::NotConfirmable {
             reason: "the upstream is another server: measure it where it runs".into(),
         },

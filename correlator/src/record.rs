@@ -211,6 +211,7 @@ pub async fn capture(
     }
     let stats_enabled = probes.stats_enabled();
     let steal_measured = probes.steal_measured();
+    let memory_missing = probes.memory_missing().to_vec();
     let crate::probes::Finished {
         programs,
         kernel,
@@ -251,6 +252,24 @@ pub async fn capture(
     notes.extend(cfg.syscall_time.note().map(String::from));
     if !stats_enabled {
         notes.push("BPF run-time statistics were unavailable: program costs unknown".into());
+    }
+    // Only where it matters: a kernel that refuses fentry cannot time
+    // memory.high handling, which only a v2 cgroup with memory.high has.
+    let high_limited =
+        crate::timeline::memory::MemoryCgroup::of(target.pid).is_some_and(|m| m.high.is_some());
+    let relevant: Vec<&String> = memory_missing
+        .iter()
+        .filter(|m| high_limited || !m.contains("over_high"))
+        .collect();
+    if !relevant.is_empty() {
+        notes.push(format!(
+            "memory stalls not timed (this kernel refused the programs): {}",
+            relevant
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     if !steal_measured {
         notes.push(

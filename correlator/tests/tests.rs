@@ -51,6 +51,7 @@ mod demo_live;
 mod experiment_live;
 mod families_live;
 mod loadgen;
+mod memory_live;
 mod merge_cli;
 mod passive_live;
 mod perfetto_live;

@@ -25,6 +25,7 @@ use crate::probes::SyscallTime;
 use crate::runfile::RunFile;
 use crate::timeline::{
     SyscallSpan, ThreadAccount, WakeContext,
+    memory::{MemStall, StallKind},
     syscalls::{self, Site},
     upstreams::UpstreamExchange,
 };
@@ -120,6 +121,15 @@ pub struct TimeAccount {
     pub waker_meanwhile: Option<String>,
     #[serde(default)]
     pub waker_meanwhile_ns: u64,
+    /// Stalled in memory management (direct reclaim, reclaim in the memory
+    /// cgroup, compaction, memory.high handling, mmap_lock waits), on or
+    /// off the CPU, from the kernel's own begin/end events: taken out of
+    /// the categories that time would otherwise be in. The kind with most
+    /// of it.
+    #[serde(default)]
+    pub memory_stall_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_stall: Option<StallKind>,
     /// Waiting for work or input (epoll, accept, a socket read) while an
     /// exchange with an upstream was in flight (sent, its reply not yet
     /// there): waiting for the upstream, not idle. The upstream most of
@@ -179,6 +189,7 @@ impl TimeAccount {
             + self.migration_ns
             + self.runnable_ns
             + self.blocked_ns()
+            + self.memory_stall_ns
             + self.upstream_ns
             + self.idle_ns
             + self.hardirq_ns
@@ -227,6 +238,10 @@ struct Sums {
     /// Blocked until a runtime's collector woke it, by which (their sum is
     /// the runtime's pause).
     by_collector: HashMap<String, f64>,
+    /// Memory stalls in the window by kind, and the part of them spent off
+    /// the CPU (taken out of the off-CPU categories as it was met).
+    mem_by_kind: HashMap<StallKind, f64>,
+    mem_off: f64,
     /// Waits for input while an upstream exchange was in flight, by
     /// upstream (their sum is `upstream`), and the longest reply.
     upstream: f64,
@@ -248,6 +263,9 @@ pub struct Accounts<'a> {
     /// Per thread: long syscalls sorted by start.
     syscalls: HashMap<u32, Vec<&'a SyscallSpan>>,
     longest_syscall: u64,
+    /// Per thread: memory stalls sorted by start.
+    stalls: HashMap<u32, Vec<&'a MemStall>>,
+    longest_stall: u64,
     /// Per thread (sender and reader): upstream exchanges sorted by send.
     upstreams: HashMap<u32, Vec<&'a UpstreamExchange>>,
     longest_exchange: u64,
@@ -273,6 +291,13 @@ impl<'a> Accounts<'a> {
         }
         for v in syscalls.values_mut() {
             v.sort_by_key(|s| s.start_ns);
+        }
+        let mut stalls: HashMap<u32, Vec<&MemStall>> = HashMap::new();
+        for m in &run.memory_stalls {
+            stalls.entry(m.tid).or_default().push(m);
+        }
+        for v in stalls.values_mut() {
+            v.sort_by_key(|m| m.start_ns);
         }
         let mut upstreams: HashMap<u32, Vec<&UpstreamExchange>> = HashMap::new();
         for u in &run.upstreams {
@@ -322,6 +347,13 @@ impl<'a> Accounts<'a> {
                 .max()
                 .unwrap_or(0),
             syscalls,
+            longest_stall: run
+                .memory_stalls
+                .iter()
+                .map(|m| m.end_ns.saturating_sub(m.start_ns))
+                .max()
+                .unwrap_or(0),
+            stalls,
             longest_exchange: run
                 .upstreams
                 .iter()
@@ -408,6 +440,17 @@ impl<'a> Accounts<'a> {
                 }
             }
         }
+        // Memory stalls, by kind.
+        if let Some(list) = self.stalls.get(&tid) {
+            let first =
+                list.partition_point(|m| m.start_ns < start.saturating_sub(self.longest_stall));
+            for m in list[first..].iter().take_while(|m| m.start_ns < end) {
+                let o = m.end_ns.min(end).saturating_sub(m.start_ns.max(start));
+                if o > 0 {
+                    *s.mem_by_kind.entry(m.kind).or_default() += o as f64;
+                }
+            }
+        }
         // Off-CPU records.
         for span in self
             .threads
@@ -416,6 +459,14 @@ impl<'a> Accounts<'a> {
         {
             let o = span.overlap(start, end) as f64;
             let r = span.record;
+            // Off the CPU inside a memory stall (a reclaim's writeback wait,
+            // memory.high's penalty sleep, an mmap_lock wait): the stall's.
+            let in_stall = self.stalled(tid, span.start_ns.max(start), span.end_ns.min(end));
+            s.mem_off += in_stall;
+            let o = o - in_stall;
+            if o <= 0.0 {
+                continue;
+            }
             let migrating = r.site == Site::Migration && !r.preempted;
             if migrating {
                 s.migration_off += o;
@@ -493,6 +544,20 @@ impl<'a> Accounts<'a> {
             }
         }
         s
+    }
+
+    /// The part of [from, to] inside thread `tid`'s memory stalls (which
+    /// never overlap one another: one at a time per thread).
+    fn stalled(&self, tid: u32, from: u64, to: u64) -> f64 {
+        let Some(list) = self.stalls.get(&tid) else {
+            return 0.0;
+        };
+        let first = list.partition_point(|m| m.start_ns < from.saturating_sub(self.longest_stall));
+        list[first..]
+            .iter()
+            .take_while(|m| m.start_ns < to)
+            .map(|m| m.end_ns.min(to).saturating_sub(m.start_ns.max(from)) as f64)
+            .sum()
     }
 
     /// The part of [from, to] in which thread `tid` had an exchange with
@@ -663,6 +728,18 @@ impl<'a> Accounts<'a> {
         let (sampled_syscall, _) = share(syscall_samples);
         let syscall = syscall + sampled_syscall;
         let user = rest - fault - sampled_syscall;
+        // A memory stall's time on the CPU (its reclaim or compaction work)
+        // is in the kernel: fault handling when it came from a fault, the
+        // syscall's own work when from a syscall; taken from those first,
+        // then from user time (a stall the samples placed there).
+        let memory: f64 = s.mem_by_kind.values().sum();
+        let mut stall_on = (memory - s.mem_off).max(0.0);
+        let mut take = |v: f64| {
+            let t = v.min(stall_on);
+            stall_on -= t;
+            v - t
+        };
+        let (fault, syscall, user) = (take(fault), take(syscall), take(user));
         let migration = migration_on + s.migration_off + blocked_slot(Site::Migration);
         let mut by_wait = s.by_wait;
         if lock_spin > 0.0 {
@@ -707,6 +784,12 @@ impl<'a> Accounts<'a> {
             woken_by_ns: 0,
             waker_meanwhile: None,
             waker_meanwhile_ns: 0,
+            memory_stall_ns: memory as u64,
+            memory_stall: s
+                .mem_by_kind
+                .iter()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(k, _)| *k),
             upstream_ns: s.upstream as u64,
             upstream: top(&s.by_upstream),
             upstream_reply_ns: s.upstream_reply,

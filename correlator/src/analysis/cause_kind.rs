@@ -28,6 +28,10 @@ pub enum CauseKind {
     Softirq,
     /// On-CPU kernel time in one syscall (named).
     Syscall,
+    /// Stalled in memory management: direct reclaim, reclaim in the memory
+    /// cgroup at its limit, compaction, memory.high handling, mmap_lock
+    /// waits (named by the kind, with the cgroup's limits).
+    MemoryStall,
     /// Waiting for input while a request to an upstream (a connection the
     /// server opened: backend, database, cache) was in flight: the
     /// upstream's reply was late (named by its address).
@@ -66,6 +70,7 @@ impl CauseKind {
             CauseKind::Softirq => "softirq",
             CauseKind::Syscall => "syscall",
             CauseKind::Upstream => "upstream",
+            CauseKind::MemoryStall => "memory_stall",
             CauseKind::OnCpu => "on_cpu",
             CauseKind::Queueing => "queueing",
             CauseKind::Steal => "steal",
@@ -120,6 +125,7 @@ impl CauseKind {
             CauseKind::OnCpu | CauseKind::Queueing => a.on_cpu_user_ns,
             CauseKind::Steal => a.steal_ns,
             CauseKind::Upstream => a.upstream_ns,
+            CauseKind::MemoryStall => a.memory_stall_ns,
             CauseKind::Idle => a.idle_ns,
             CauseKind::CpuWakeup => a.runnable_idle_ns,
         }
@@ -146,6 +152,7 @@ impl CauseKind {
                 "make the server call {} less often or off the request path, and re-measure",
                 detail.unwrap_or("that syscall")
             ),
+            CauseKind::MemoryStall => "give the server the memory it touches (raise its cgroup's memory.high / memory.max for a run, or cut what it maps and reads: page cache of files, its heap); for compaction, THP defrag off (knob thp=never); for mmap_lock, move the thread that maps and unmaps off the request path; re-measure".into(),
             CauseKind::Upstream => format!(
                 "look at the upstream{}: its own latency at those times (its load, its stalls); bound the wait (timeouts, hedged requests, more connections); re-measure",
                 detail.map_or(String::new(), |d| format!(" {d}"))
@@ -167,7 +174,7 @@ impl std::fmt::Display for CauseKind {
 
 /// Categories tested against the baseline (`Queueing` is `OnCpu` under a
 /// load-correlated signature, decided by the sweep, not by this test).
-pub(crate) const SERVER_CAUSES: [CauseKind; 11] = [
+pub(crate) const SERVER_CAUSES: [CauseKind; 12] = [
     CauseKind::PageFaults,
     CauseKind::MajorFaults,
     CauseKind::Migrations,
@@ -177,6 +184,7 @@ pub(crate) const SERVER_CAUSES: [CauseKind; 11] = [
     CauseKind::Hardirq,
     CauseKind::Softirq,
     CauseKind::Syscall,
+    CauseKind::MemoryStall,
     CauseKind::Upstream,
     CauseKind::OnCpu,
 ];

@@ -534,6 +534,24 @@ fn evidence(
             );
             (text, by)
         }
+        CauseKind::MemoryStall => {
+            let mut by: std::collections::BTreeMap<_, u64> = Default::default();
+            for e in episodes {
+                if let Some(k) = e.account.memory_stall {
+                    *by.entry(k).or_default() += e.account.memory_stall_ns;
+                }
+            }
+            let kind = by
+                .into_iter()
+                .max_by_key(|(_, t)| *t)
+                .map(|(k, _)| k.describe().to_string());
+            let text = format!(
+                "{thread} stalled in memory management{}: {base}",
+                kind.as_deref()
+                    .map_or(String::new(), |k| format!(", mostly {k}"))
+            );
+            (text, kind)
+        }
         CauseKind::Upstream => {
             let peer = dominant(episodes, |a| a.upstream.as_ref(), |a| a.upstream_ns);
             let mut longest: Vec<u64> = episodes

@@ -190,6 +190,7 @@ pub(super) fn dominant(a: &TimeAccount) -> (CauseKind, Option<String>) {
         CauseKind::Blocking => a.wait_site.clone(),
         CauseKind::Syscall => a.top_syscall.clone(),
         CauseKind::Upstream => a.upstream.clone(),
+        CauseKind::MemoryStall => a.memory_stall.map(|k| k.describe().to_string()),
         // The neighbour's name, not its pid: a pool of workers is one cause.
         CauseKind::Preemption => a
             .preempted_by

@@ -253,6 +253,16 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         opts.slo_ns.is_some(),
         percentile,
     );
+    // A memory stall is read beside the cgroup that limited the server.
+    if let Some(cg) = &run.memory_cgroup {
+        for c in classification
+            .causes
+            .iter_mut()
+            .filter(|c| c.cause == CauseKind::MemoryStall)
+        {
+            c.evidence.push_str(&format!("; {}", cg.describe()));
+        }
+    }
     let code_paths = paths::PathIndex::new(run, &threads).map(|index| {
         paths::attach(
             &index,
@@ -580,9 +590,9 @@ fn classify(
         // hardirq causes. The environment's causes (idle, steal) stay
         // listed. Without this rule (ablation of 2026-12-04): 7 more false
         // claims on the corpus, all on nginx-proxy-stalling-backend, whose
-        // upstream stalls it calls the environment's (signature 0 of 4
-        // right with it, 4 of 4 without) until upstream waits are named
-        // (issue 37).
+        // upstream stalls it called the environment's (signature 0 of 4
+        // right with it, 4 of 4 without) before upstream waits were named
+        // (issue 37: its runs now lead with the upstream).
         return Classification {
             signature: Signature::None,
             period_ms: None,

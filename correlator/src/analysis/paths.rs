@@ -84,6 +84,7 @@ impl PathCategory {
             // not the collector's work: its time comes from the waker. An
             // upstream wait's stack is the event loop's wait for anything.
             CauseKind::GarbageCollection
+            | CauseKind::MemoryStall
             | CauseKind::Upstream
             | CauseKind::Hardirq
             | CauseKind::Steal

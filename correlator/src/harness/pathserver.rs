@@ -12,7 +12,10 @@
 //!   dropped (one minor fault per page), a periodic job;
 //! - `stall`: `rare_stall()`, busy in user code;
 //! - `lock`: `wait_for_lock()`, blocked in a futex wait on a word another
-//!   thread holds.
+//!   thread holds;
+//! - `mmap-lock`: `map_page()`, an mmap and munmap of one page, which
+//!   waits for the process's mmap_lock while the trigger thread maps
+//!   `--mib` MiB with MAP_POPULATE and unmaps them (a memory stall).
 //!
 //! Each function does its kernel work itself (the faults, or the futex
 //! syscall by inline assembly): a libc wrapper built without frame pointers
@@ -31,6 +34,8 @@
 //! In `lock` mode the trigger (thread `path-trigger`) also writes each of
 //! its holds, from taking the lock word to releasing it, as function
 //! `hold_lock`: what the wait-for chain's holder time is checked against.
+//! In `mmap-lock` mode it writes each map-populate-unmap as
+//! `hold_mmap_lock`.
 
 use std::{
     io::Write as _,
@@ -54,6 +59,7 @@ pub enum PathKind {
     Fault,
     Stall,
     Lock,
+    MmapLock,
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -177,6 +183,53 @@ fn wait_for_lock(lock: &AtomicU32) {
     }
 }
 
+/// Maps one anonymous page and unmaps it: both take the process's
+/// mmap_lock for writing.
+#[inline(never)]
+fn map_page() {
+    // SAFETY: a fresh private anonymous mapping, unmapped before return
+    // and never dereferenced.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p != libc::MAP_FAILED {
+            libc::munmap(p, 4096);
+        }
+    }
+}
+
+/// The trigger's side of `mmap-lock`: maps `mib` MiB populated (the
+/// mmap_lock held for reading while the pages are faulted in), then
+/// unmaps them (held for writing, then reading, while they are freed).
+fn map_populate_unmap(mib: usize) {
+    let len = mib << 20;
+    // SAFETY: a fresh private anonymous mapping, unmapped here and never
+    // dereferenced.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            -1,
+            0,
+        );
+        if p != libc::MAP_FAILED {
+            libc::munmap(p, len);
+        }
+    }
+}
+
+/// The event log's name for the trigger's map-populate-unmap
+/// (`mmap-lock` mode).
+pub const HOLD_MMAP: &str = "hold_mmap_lock";
+
 /// The futex syscall, made here rather than through libc (see the module
 /// docs).
 #[inline(always)]
@@ -223,6 +276,10 @@ fn handle_request(state: &State) {
         PathKind::Lock => {
             wait_for_lock(&state.lock);
             "wait_for_lock"
+        }
+        PathKind::MmapLock => {
+            map_page();
+            "map_page"
         }
     };
     state.log(name, &start);
@@ -275,6 +332,12 @@ fn trigger(state: &State) {
                 state.pending.store(true, Ordering::Relaxed);
             }
             PathKind::Stall => state.pending.store(true, Ordering::Relaxed),
+            PathKind::MmapLock => {
+                let held = CallStart::now();
+                state.pending.store(true, Ordering::Relaxed);
+                map_populate_unmap(state.args.mib);
+                state.log(HOLD_MMAP, &held);
+            }
         }
     }
 }

@@ -154,6 +154,8 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         stack_samples: Vec::new(),
         stacks: Default::default(),
         upstreams: Vec::new(),
+        memory_stalls: Vec::new(),
+        memory_cgroup: None,
         clocks: None,
         syscalls: Vec::new(),
         syscall_totals: BTreeMap::new(),

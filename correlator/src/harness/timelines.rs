@@ -407,6 +407,8 @@ impl Synth {
             stack_samples: Vec::new(),
             stacks: Default::default(),
             upstreams: Vec::new(),
+            memory_stalls: Vec::new(),
+            memory_cgroup: None,
             clocks: None,
         };
         let lat = LatencyCapture {

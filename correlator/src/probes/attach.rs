@@ -8,7 +8,7 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap, MapData},
     programs::{
-        BtfTracePoint, PerfEvent, UProbe,
+        BtfTracePoint, FEntry, FExit, PerfEvent, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         uprobe::UProbeScope,
     },
@@ -150,6 +150,72 @@ pub(super) fn attach_all(
             )
             .with_context(|| format!("cannot open a cpu-clock perf event on CPU {cpu}"))?;
     }
+    Ok(())
+}
+
+/// The memory-stall programs: (program, tracepoint or function). Each is
+/// optional: a kernel without one (or with the function inlined) times
+/// the others, and the run says which were missing.
+const MEMORY_TRACEPOINTS: [(&str, &str); 8] = [
+    ("direct_reclaim_begin", "mm_vmscan_direct_reclaim_begin"),
+    ("direct_reclaim_end", "mm_vmscan_direct_reclaim_end"),
+    ("memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_begin"),
+    ("memcg_reclaim_end", "mm_vmscan_memcg_reclaim_end"),
+    ("compaction_begin", "mm_compaction_begin"),
+    ("compaction_end", "mm_compaction_end"),
+    ("mmap_lock_start", "mmap_lock_start_locking"),
+    ("mmap_lock_acquired", "mmap_lock_acquire_returned"),
+];
+
+/// Attaches the memory-stall programs this kernel allows; returns the
+/// names of those it does not.
+pub(super) fn attach_memory(ebpf: &mut Ebpf, btf: &aya::Btf) -> Vec<String> {
+    let mut missing = Vec::new();
+    for (prog, tracepoint) in MEMORY_TRACEPOINTS {
+        if let Err(e) = attach_btf_tracepoint(ebpf, prog, tracepoint, btf) {
+            log::info!("memory stalls: {prog} not attached: {e:#}");
+            missing.push(tracepoint.to_string());
+        }
+    }
+    let high = (|| -> Result<()> {
+        let entry: &mut FEntry = ebpf
+            .program_mut("memory_high_entry")
+            .context("program memory_high_entry missing")?
+            .try_into()?;
+        entry.load("__mem_cgroup_handle_over_high", btf)?;
+        entry.attach()?;
+        let exit: &mut FExit = ebpf
+            .program_mut("memory_high_exit")
+            .context("program memory_high_exit missing")?
+            .try_into()?;
+        exit.load("__mem_cgroup_handle_over_high", btf)?;
+        exit.attach()?;
+        Ok(())
+    })();
+    if let Err(e) = high {
+        log::info!("memory stalls: memory.high handling not timed: {e:#}");
+        missing.push("__mem_cgroup_handle_over_high".to_string());
+    }
+    missing
+}
+
+/// A BTF tracepoint program attached to a tracepoint of another name.
+fn attach_btf_tracepoint(
+    ebpf: &mut Ebpf,
+    prog: &str,
+    tracepoint: &str,
+    btf: &aya::Btf,
+) -> Result<()> {
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(prog)
+        .with_context(|| format!("program {prog} missing from the eBPF object"))?
+        .try_into()?;
+    program
+        .load(tracepoint, btf)
+        .map_err(|e| refused(prog, &e))?;
+    program
+        .attach()
+        .with_context(|| format!("cannot attach to BTF tracepoint {tracepoint}"))?;
     Ok(())
 }
 

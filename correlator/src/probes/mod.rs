@@ -9,7 +9,7 @@ pub mod tracefs;
 
 pub use attach::{PERF_EVENTS, TRACEPOINTS};
 use attach::{
-    SocketHooks, SocketUse, ThreadTable, attach_all, attach_passive, attach_sockets,
+    SocketHooks, SocketUse, ThreadTable, attach_all, attach_memory, attach_passive, attach_sockets,
     bpf_stats_sysctl_on, load_error,
 };
 pub use totals::{IRQ_KIND_NAMES, KernelTotals};
@@ -23,10 +23,10 @@ use aya::{
     sys::{Stats, enable_stats},
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, Config, CpuState, NUM_COUNTERS, NUM_IRQ_KINDS, NUM_SOFTIRQ_VECTORS,
-    NUM_TOTALS, OffCpuRecord, RequestRecord, STACK_OVERFLOW_SLOTS, STACK_SLOTS, SYSCALL_SLOTS,
-    SampleRecord, SyscallRecord, SyscallTotal, TOTAL_IRQ_KIND_BASE, ThreadBucket, Total,
-    UpstreamRecord,
+    BUCKET_SLOTS, Bucket, Config, CpuState, MemStallRecord, NUM_COUNTERS, NUM_IRQ_KINDS,
+    NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuRecord, RequestRecord, STACK_OVERFLOW_SLOTS,
+    STACK_SLOTS, SYSCALL_SLOTS, SampleRecord, SyscallRecord, SyscallTotal, TOTAL_IRQ_KIND_BASE,
+    ThreadBucket, Total, UpstreamRecord,
 };
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +36,7 @@ use crate::{
     target::Target,
     timeline::{
         OffCpu, SyscallSpan, ThreadAccount, Timeline,
+        memory::MemStall,
         stacks::{RawStacks, Sample},
         syscalls,
         upstreams::UpstreamExchange,
@@ -162,6 +163,9 @@ pub struct Probes {
     syscall_totals: PerCpuArray<MapData, SyscallTotal>,
     samples: RingBuf<MapData>,
     upstreams: RingBuf<MapData>,
+    mem_stalls: RingBuf<MapData>,
+    /// Memory-stall events this kernel would not let the programs time.
+    memory_missing: Vec<String>,
     stacks: StackTraceMap<MapData>,
     /// Stacks whose slot in `stacks` held another one; their ids are
     /// offset by `STACK_SLOTS`.
@@ -358,6 +362,7 @@ impl Probes {
             hooks,
             locks,
         )?;
+        let memory_missing = attach_memory(&mut ebpf, &aya_btf);
         if upstreams {
             // Borrowed, not taken: the programs load after this and need
             // the map's descriptor.
@@ -400,6 +405,8 @@ impl Probes {
             syscall_totals: take_map(&mut ebpf, "SYSCALL_TOTALS")?,
             samples: take_map(&mut ebpf, "SAMPLES")?,
             upstreams: take_map(&mut ebpf, "UPSTREAMS")?,
+            mem_stalls: take_map(&mut ebpf, "MEM_STALLS")?,
+            memory_missing,
             stacks: take_map(&mut ebpf, "STACKS")?,
             stacks_overflow: take_map(&mut ebpf, "STACKS_OVERFLOW")?,
             names: std::collections::HashMap::new(),
@@ -422,6 +429,11 @@ impl Probes {
     /// the socket rather than from the server's first read of them.
     pub fn arrival_timed(&self) -> bool {
         self.arrival_timed
+    }
+
+    /// Memory-stall events this kernel did not let the probes time.
+    pub fn memory_missing(&self) -> &[String] {
+        &self.memory_missing
     }
 
     /// Whether hypervisor steal is measured per thread (see `Config`).
@@ -521,6 +533,15 @@ impl Probes {
                 // SAFETY: as above, a whole UpstreamRecord.
                 let rec = unsafe { item.as_ptr().cast::<UpstreamRecord>().read_unaligned() };
                 timeline.push_upstream(UpstreamExchange::from(&rec));
+            }
+        }
+        while let Some(item) = self.mem_stalls.next() {
+            if item.len() >= size_of::<MemStallRecord>() {
+                // SAFETY: as above, a whole MemStallRecord.
+                let rec = unsafe { item.as_ptr().cast::<MemStallRecord>().read_unaligned() };
+                if let Some(stall) = MemStall::from_record(&rec) {
+                    timeline.push_mem_stall(stall);
+                }
             }
         }
     }
@@ -641,6 +662,7 @@ impl Probes {
         totals.accounts_lost = sum[Total::AccountsLost as usize];
         totals.syscall_records_lost = sum[Total::SyscallRecordsLost as usize];
         totals.upstreams_lost = sum[Total::UpstreamsLost as usize];
+        totals.mem_stalls_lost = sum[Total::MemStallsLost as usize];
         totals.samples = sum[Total::Samples as usize];
         totals.stack_collisions = sum[Total::StackCollisions as usize];
         totals.stack_errors = sum[Total::StackErrors as usize];

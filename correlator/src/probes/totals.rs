@@ -32,6 +32,8 @@ pub struct KernelTotals {
     pub syscall_records_lost: u64,
     /// Upstream exchanges not recorded (ring or connection table full).
     pub upstreams_lost: u64,
+    /// Memory stall records lost to their full ring.
+    pub mem_stalls_lost: u64,
     /// On-CPU samples taken of target threads.
     pub samples: u64,
     /// `--stacks`: stacks not stored (their slot held another stack),
@@ -76,6 +78,7 @@ impl KernelTotals {
             .saturating_sub(earlier.passive.from_arrival);
         d.accounts_lost = d.accounts_lost.saturating_sub(earlier.accounts_lost);
         d.upstreams_lost = d.upstreams_lost.saturating_sub(earlier.upstreams_lost);
+        d.mem_stalls_lost = d.mem_stalls_lost.saturating_sub(earlier.mem_stalls_lost);
         d.syscall_records_lost = d
             .syscall_records_lost
             .saturating_sub(earlier.syscall_records_lost);
@@ -109,6 +112,7 @@ impl KernelTotals {
             + self.syscall_records_lost
             + self.sample_records_lost
             + self.upstreams_lost
+            + self.mem_stalls_lost
     }
 
     /// Per-IRQ-kind counts with their names.

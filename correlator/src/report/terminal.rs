@@ -232,7 +232,7 @@ fn upstream_line(u: &crate::analysis::upstreams::UpstreamSummary) -> String {
 /// The episodes' accounts summed: each category's share of episode time,
 /// largest first.
 fn account_line(r: &Report) -> String {
-    let mut sum = [0u64; 20];
+    let mut sum = [0u64; 21];
     let mut total = 0u64;
     for e in &r.episodes {
         let a = &e.account;
@@ -250,6 +250,7 @@ fn account_line(r: &Report) -> String {
             a.blocked_fault_ns + a.fault_major_ns,
             a.blocked_sleep_ns + a.blocked_other_ns,
             a.runtime_pause_ns,
+            a.memory_stall_ns,
             a.upstream_ns,
             a.idle_ns,
             a.hardirq_ns + a.softirq_ns,
@@ -277,6 +278,7 @@ fn account_line(r: &Report) -> String {
         "major faults",
         "sleep/other waits",
         "runtime pause",
+        "memory stall",
         "upstream",
         "idle",
         "IRQs",

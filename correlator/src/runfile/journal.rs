@@ -128,6 +128,8 @@ pub fn recover(start: Start, deltas: Vec<Delta>, torn_bytes: usize) -> RunFile {
         stacks: Default::default(),
         // Not journaled: a recovered run has no upstream exchanges.
         upstreams: Vec::new(),
+        memory_stalls: Vec::new(),
+        memory_cgroup: None,
         clocks: None,
     };
     let frames = deltas.len();

@@ -141,6 +141,9 @@ pub struct Losses {
     /// Upstream exchanges the kernel could not record.
     #[serde(default)]
     pub upstreams_lost: u64,
+    /// Memory stall records the kernel could not record.
+    #[serde(default)]
+    pub mem_stalls_lost: u64,
     /// `--stacks`: sample records lost to their full ring buffer; stacks
     /// not stored because other stacks held their slot in both stack maps;
     /// stacks referenced but gone from the map when read.
@@ -165,6 +168,7 @@ impl Losses {
             + self.accounts_lost
             + self.syscall_records_lost
             + self.upstreams_lost
+            + self.mem_stalls_lost
             + self.sample_records_lost
             + self.stack_collisions
             + self.stacks_missing
@@ -321,6 +325,14 @@ pub struct RunFile {
     /// in the order their replies were read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstreams: Vec<crate::timeline::upstreams::UpstreamExchange>,
+    /// Memory stalls of target threads (at least `min_offcpu_record_ns`
+    /// long), in the order they ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_stalls: Vec<crate::timeline::memory::MemStall>,
+    /// The target's memory cgroup, its limits and usage at the end of the
+    /// run (None: not found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_cgroup: Option<crate::timeline::memory::MemoryCgroup>,
     /// The run's clock (CLOCK_MONOTONIC) against BOOTTIME and wall time,
     /// read at the end of recording (absent in older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -429,6 +441,7 @@ impl RunFile {
     /// Builds the run file; totals are the kernel's (never reset) totals,
     /// and any shortfall of the drained buckets against them is a loss.
     pub fn from_capture(c: Capture) -> Self {
+        let memory_cgroup = crate::timeline::memory::MemoryCgroup::of(c.target.pid);
         let drained = c.timeline.sum();
         let k = &c.kernel.counters;
         let undrained: u64 = EVENT_COUNTERS
@@ -443,6 +456,7 @@ impl RunFile {
             accounts_lost: c.kernel.accounts_lost,
             syscall_records_lost: c.kernel.syscall_records_lost,
             upstreams_lost: c.kernel.upstreams_lost,
+            mem_stalls_lost: c.kernel.mem_stalls_lost,
             sample_records_lost: c.kernel.sample_records_lost,
             stack_collisions: c.kernel.stack_collisions,
             stacks_missing: c.stacks.missing,
@@ -524,6 +538,8 @@ impl RunFile {
             stack_samples: c.timeline.samples().to_vec(),
             stacks: c.stacks,
             upstreams: c.timeline.upstreams().to_vec(),
+            memory_stalls: c.timeline.mem_stalls().to_vec(),
+            memory_cgroup,
             clocks: Some(crate::clock::ClockSnapshot::now()),
         }
     }

@@ -7,6 +7,7 @@
 //! are counted, never silently dropped.
 
 pub mod columns;
+pub mod memory;
 pub mod stacks;
 pub mod steal;
 pub mod syscalls;
@@ -359,6 +360,7 @@ pub struct Timeline {
     syscalls: Vec<SyscallSpan>,
     samples: Vec<stacks::Sample>,
     upstreams: Vec<upstreams::UpstreamExchange>,
+    mem_stalls: Vec<memory::MemStall>,
     max_records: usize,
     records_over_cap: u64,
     /// Buckets changed since [`Timeline::take_touched`] last ran, when a
@@ -377,6 +379,7 @@ impl Timeline {
             syscalls: Vec::new(),
             samples: Vec::new(),
             upstreams: Vec::new(),
+            mem_stalls: Vec::new(),
             max_records,
             records_over_cap: 0,
             touched: None,
@@ -474,6 +477,19 @@ impl Timeline {
         );
     }
 
+    pub fn push_mem_stall(&mut self, stall: memory::MemStall) {
+        Self::capped(
+            &mut self.mem_stalls,
+            stall,
+            self.max_records,
+            &mut self.records_over_cap,
+        );
+    }
+
+    pub fn mem_stalls(&self) -> &[memory::MemStall] {
+        &self.mem_stalls
+    }
+
     pub fn upstreams(&self) -> &[upstreams::UpstreamExchange] {
         &self.upstreams
     }
@@ -526,6 +542,7 @@ impl Timeline {
         self.accounts.retain(|a| a.epoch >= first);
         self.samples.retain(|s| s.ts >= ts);
         self.upstreams.retain(|u| u.read_ns >= ts);
+        self.mem_stalls.retain(|m| m.end_ns >= ts);
     }
 
     /// Forgets everything after `ts` (buckets that start after it, records
@@ -542,6 +559,7 @@ impl Timeline {
         self.accounts.retain(|a| a.epoch <= last);
         self.samples.retain(|s| s.ts <= ts);
         self.upstreams.retain(|u| u.sent_ns <= ts);
+        self.mem_stalls.retain(|m| m.start_ns <= ts);
     }
 
     /// An empty timeline with this one's bucket width and record cap.

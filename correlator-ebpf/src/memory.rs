@@ -1,0 +1,110 @@
+//! Memory stalls of target threads, timed on their own path from the
+//! kernel's begin/end events: direct reclaim (global and in the memory
+//! cgroup), direct compaction, memory.high handling (its reclaim and
+//! penalty sleep) and mmap_lock waits. One stall per thread at a time, the
+//! outermost (memory.high handling reclaims inside it); one record each
+//! when at least `min_offcpu_record_ns` long, so the account can book the
+//! time it holds (on or off the CPU) to the stall.
+
+use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP,
+    helpers::bpf_get_current_pid_tgid,
+    macros::{btf_tracepoint, fentry, fexit},
+    programs::{BtfTracePointContext, FEntryContext, FExitContext},
+};
+use correlator_common::{MemStallKind, MemStallRecord, Total};
+
+use crate::{
+    helpers::{now, total_add},
+    maps::MEM_STALLS,
+    threads::thread,
+};
+
+#[inline(always)]
+fn begin(kind: MemStallKind) {
+    if config!(floor_only) != 0 {
+        return;
+    }
+    let Some(st) = thread(bpf_get_current_pid_tgid() as u32) else {
+        return;
+    };
+    // SAFETY: map value, written by this thread's own programs.
+    unsafe {
+        if (*st).mem_stall == 0 {
+            (*st).mem_stall = kind as u32;
+            (*st).mem_stall_ts = now();
+        }
+    }
+}
+
+#[inline(always)]
+fn end(kind: MemStallKind) {
+    if config!(floor_only) != 0 {
+        return;
+    }
+    let Some(st) = thread(bpf_get_current_pid_tgid() as u32) else {
+        return;
+    };
+    // SAFETY: as in `begin`.
+    unsafe {
+        if (*st).mem_stall != kind as u32 {
+            return;
+        }
+        (*st).mem_stall = 0;
+        let start = (*st).mem_stall_ts;
+        let ts = now();
+        if start == 0 || ts < start + config!(min_offcpu_record_ns) {
+            return;
+        }
+        match MEM_STALLS.reserve::<MemStallRecord>(0) {
+            Some(mut entry) => {
+                entry.write(MemStallRecord {
+                    tid: (*st).tid,
+                    tgid: (*st).tgid,
+                    kind: kind as u32,
+                    _pad: 0,
+                    start_ns: start,
+                    end_ns: ts,
+                });
+                entry.submit(BPF_RB_NO_WAKEUP as u64);
+            }
+            None => total_add(Total::MemStallsLost),
+        }
+    }
+}
+
+macro_rules! stall_tracepoints {
+    ($($begin:ident, $begin_tp:literal, $end:ident, $end_tp:literal, $kind:expr;)*) => {$(
+        #[btf_tracepoint(function = $begin_tp)]
+        pub fn $begin(_ctx: BtfTracePointContext) -> i32 {
+            begin($kind);
+            0
+        }
+        #[btf_tracepoint(function = $end_tp)]
+        pub fn $end(_ctx: BtfTracePointContext) -> i32 {
+            end($kind);
+            0
+        }
+    )*};
+}
+
+stall_tracepoints! {
+    direct_reclaim_begin, "mm_vmscan_direct_reclaim_begin", direct_reclaim_end, "mm_vmscan_direct_reclaim_end", MemStallKind::DirectReclaim;
+    memcg_reclaim_begin, "mm_vmscan_memcg_reclaim_begin", memcg_reclaim_end, "mm_vmscan_memcg_reclaim_end", MemStallKind::CgroupReclaim;
+    compaction_begin, "mm_compaction_begin", compaction_end, "mm_compaction_end", MemStallKind::Compaction;
+    mmap_lock_start, "mmap_lock_start_locking", mmap_lock_acquired, "mmap_lock_acquire_returned", MemStallKind::MmapLock;
+}
+
+/// Over memory.high: reclaim, then the penalty sleep, on the way back to
+/// user space (no tracepoint marks it).
+#[fentry(function = "__mem_cgroup_handle_over_high")]
+pub fn memory_high_entry(_ctx: FEntryContext) -> i32 {
+    begin(MemStallKind::MemoryHigh);
+    0
+}
+
+#[fexit(function = "__mem_cgroup_handle_over_high")]
+pub fn memory_high_exit(_ctx: FExitContext) -> i32 {
+    end(MemStallKind::MemoryHigh);
+    0
+}

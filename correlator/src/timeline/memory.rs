@@ -1,0 +1,178 @@
+//! Memory stalls of the target's threads (direct reclaim, reclaim in the
+//! memory cgroup, compaction, memory.high handling, mmap_lock waits), and
+//! the memory cgroup the target runs in, read beside them.
+
+use std::path::{Path, PathBuf};
+
+use correlator_common::{MemStallKind, MemStallRecord};
+use serde::{Deserialize, Serialize};
+
+/// What held a thread up in memory management (see
+/// `correlator_common::MemStallKind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StallKind {
+    DirectReclaim,
+    CgroupReclaim,
+    Compaction,
+    MemoryHigh,
+    MmapLock,
+}
+
+impl StallKind {
+    /// How a report says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            StallKind::DirectReclaim => "direct reclaim (the machine short of memory)",
+            StallKind::CgroupReclaim => "reclaim in its memory cgroup (at its limit)",
+            StallKind::Compaction => {
+                "direct compaction (a huge page or other high-order allocation)"
+            }
+            StallKind::MemoryHigh => "over its cgroup's memory.high (reclaim and penalty sleep)",
+            StallKind::MmapLock => "waiting for the process's mmap_lock",
+        }
+    }
+
+    fn from_kernel(kind: u32) -> Option<Self> {
+        Some(match kind {
+            k if k == MemStallKind::DirectReclaim as u32 => StallKind::DirectReclaim,
+            k if k == MemStallKind::CgroupReclaim as u32 => StallKind::CgroupReclaim,
+            k if k == MemStallKind::Compaction as u32 => StallKind::Compaction,
+            k if k == MemStallKind::MemoryHigh as u32 => StallKind::MemoryHigh,
+            k if k == MemStallKind::MmapLock as u32 => StallKind::MmapLock,
+            _ => return None,
+        })
+    }
+}
+
+/// One memory stall of a target thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemStall {
+    pub tid: u32,
+    pub kind: StallKind,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl MemStall {
+    pub fn from_record(r: &MemStallRecord) -> Option<Self> {
+        Some(Self {
+            tid: r.tid,
+            kind: StallKind::from_kernel(r.kind)?,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+        })
+    }
+}
+
+/// The target's memory cgroup and what limited it, at the end of the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryCgroup {
+    /// Its path in the hierarchy (e.g. `/system.slice/redis.service`).
+    pub path: String,
+    /// `v2` or `v1`.
+    pub version: String,
+    /// memory.high and memory.max (v2), or memory.limit_in_bytes (v1, as
+    /// `max`); None: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub high: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+    /// Usage (memory.current, or memory.usage_in_bytes).
+    pub usage: u64,
+    /// Times the limit was hit: v2 memory.events `high` and `max`, v1
+    /// memory.failcnt (as `max_events`).
+    #[serde(default)]
+    pub high_events: u64,
+    #[serde(default)]
+    pub max_events: u64,
+}
+
+impl MemoryCgroup {
+    /// The memory cgroup of `pid` (v2 first, then a v1 memory hierarchy).
+    pub fn of(pid: u32) -> Option<Self> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let v1 = text.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.to_string())
+        });
+        if let Some(path) = v1 {
+            let dir = PathBuf::from("/sys/fs/cgroup/memory").join(path.trim_start_matches('/'));
+            return Self::read_v1(&dir, path);
+        }
+        let path = text
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))?
+            .to_string();
+        let dir = crate::target::cgroup2_mount()?.join(path.trim_start_matches('/'));
+        Self::read_v2(&dir, path)
+    }
+
+    fn read_v2(dir: &Path, path: String) -> Option<Self> {
+        let usage = number(&dir.join("memory.current"))?;
+        let events = std::fs::read_to_string(dir.join("memory.events")).unwrap_or_default();
+        let event = |name: &str| {
+            events
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Some(Self {
+            path,
+            version: "v2".into(),
+            high: number(&dir.join("memory.high")),
+            max: number(&dir.join("memory.max")),
+            usage,
+            high_events: event("high "),
+            max_events: event("max "),
+        })
+    }
+
+    fn read_v1(dir: &Path, path: String) -> Option<Self> {
+        // v1 writes "no limit" as the largest page-aligned number.
+        let limit = number(&dir.join("memory.limit_in_bytes")).filter(|&l| l < 1 << 62);
+        Some(Self {
+            path,
+            version: "v1".into(),
+            high: None,
+            max: limit,
+            usage: number(&dir.join("memory.usage_in_bytes"))?,
+            high_events: 0,
+            max_events: number(&dir.join("memory.failcnt")).unwrap_or(0),
+        })
+    }
+
+    /// One line: the limits and the usage.
+    pub fn describe(&self) -> String {
+        let mib = |b: u64| format!("{:.0} MiB", b as f64 / (1 << 20) as f64);
+        let mut parts = Vec::new();
+        if let Some(h) = self.high {
+            parts.push(format!("memory.high {}", mib(h)));
+        }
+        if let Some(m) = self.max {
+            let name = if self.version == "v1" {
+                "memory.limit_in_bytes"
+            } else {
+                "memory.max"
+            };
+            parts.push(format!("{name} {}", mib(m)));
+        }
+        parts.push(format!("usage {}", mib(self.usage)));
+        if self.max_events + self.high_events > 0 {
+            parts.push(format!(
+                "limit hit {} times",
+                self.max_events + self.high_events
+            ));
+        }
+        format!("memory cgroup {} ({})", self.path, parts.join(", "))
+    }
+}
+
+/// A cgroup file holding a number ("max": None).
+fn number(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}

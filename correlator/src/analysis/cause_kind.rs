@@ -1,11 +1,11 @@
 //! What delayed the requests: the kinds of cause, the categories of the
 //! measured account they are tested in, and the experiment that would
-//! confirm each. One floor below `causes`, `families` and `paths`, which
+//! confirm each, and the IRQ source that names an IRQ cause. One floor below `causes`, `families` and `paths`, which
 //! all name causes, so that none of them imports another to do it.
 
 use serde::{Deserialize, Serialize};
 
-use super::{account::TimeAccount, signature::Signature};
+use super::{Episode, account::TimeAccount, signature::Signature};
 
 /// What delayed the requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -193,3 +193,29 @@ pub(crate) const SERVER_CAUSES: [CauseKind; 12] = [
 /// never claims about the server.
 pub(crate) const ENVIRONMENT_CAUSES: [CauseKind; 3] =
     [CauseKind::Idle, CauseKind::Steal, CauseKind::CpuWakeup];
+
+/// What the kernel counted of `family` in an episode (0 when absent).
+pub(super) fn observed(e: &Episode, family: &str) -> f64 {
+    e.excess.get(family).map_or(0.0, |x| x.observed)
+}
+
+/// The source that took most of a hard-IRQ or softirq cause's time in
+/// the episodes, by the kernel side's time per source (softirq vector,
+/// hard-IRQ kind), and its share of that IRQ time. None in runs recorded
+/// before the time was kept by source.
+pub(super) fn irq_source<'e>(
+    episodes: impl Iterator<Item = &'e Episode> + Clone,
+    kind: CauseKind,
+) -> Option<(&'static str, f64)> {
+    let softirq = kind == CauseKind::Softirq;
+    let mut by: Vec<(&'static str, f64)> = super::IRQ_SOURCES
+        .iter()
+        .filter(|(name, _, _)| name.starts_with("softirq") == softirq)
+        .map(|&(name, _, label)| (label, episodes.clone().map(|e| observed(e, name)).sum()))
+        .collect();
+    let total: f64 = by.iter().map(|b| b.1).sum();
+    by.sort_by(|a, b| b.1.total_cmp(&a.1));
+    by.first()
+        .filter(|b| b.1 > 0.0)
+        .map(|&(label, t)| (label, t / total))
+}

@@ -459,40 +459,14 @@ impl Dominance {
 
 /// What kind of faults the kernel counted in the episodes: the time on
 /// the CPU in faults is a major fault's own work as well as a minor's.
-/// What the kernel counted of `family` in an episode (0 when absent).
-fn observed(e: &Episode, family: &str) -> f64 {
-    e.excess.get(family).map_or(0.0, |x| x.observed)
-}
-
 fn fault_counts(episodes: &[Episode]) -> String {
     let (minor, major) = episodes.iter().fold((0.0, 0.0), |(minor, major), e| {
         (
-            minor + observed(e, "page_faults_minor"),
-            major + observed(e, "page_faults_major"),
+            minor + super::cause_kind::observed(e, "page_faults_minor"),
+            major + super::cause_kind::observed(e, "page_faults_major"),
         )
     });
     format!("the kernel counted {minor:.0} minor and {major:.0} major faults in the episodes")
-}
-
-/// The source that took most of a hard-IRQ or softirq cause's time in
-/// the episodes, by the kernel side's time per source (softirq vector,
-/// hard-IRQ kind), and its share of that IRQ time. None in runs recorded
-/// before the time was kept by source.
-pub(super) fn irq_source<'e>(
-    episodes: impl Iterator<Item = &'e Episode> + Clone,
-    kind: CauseKind,
-) -> Option<(&'static str, f64)> {
-    let softirq = kind == CauseKind::Softirq;
-    let mut by: Vec<(&'static str, f64)> = super::IRQ_SOURCES
-        .iter()
-        .filter(|(name, _, _)| name.starts_with("softirq") == softirq)
-        .map(|&(name, _, label)| (label, episodes.clone().map(|e| observed(e, name)).sum()))
-        .collect();
-    let total: f64 = by.iter().map(|b| b.1).sum();
-    by.sort_by(|a, b| b.1.total_cmp(&a.1));
-    by.first()
-        .filter(|b| b.1 > 0.0)
-        .map(|&(label, t)| (label, t / total))
 }
 
 /// The evidence line of a cause, and the detail its experiment names.
@@ -616,7 +590,7 @@ fn evidence(
             } else {
                 "softirqs"
             };
-            let source = irq_source(episodes.iter(), kind);
+            let source = super::cause_kind::irq_source(episodes.iter(), kind);
             let named = source.as_ref().map_or(what.to_string(), |(name, share)| {
                 format!("{what}, {name} {} of their time,", pct(*share))
             });

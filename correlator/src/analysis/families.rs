@@ -275,7 +275,7 @@ pub fn families(
             // (a softirq vector, an IPI kind), over all their episodes.
             let detail = match cause {
                 CauseKind::Hardirq | CauseKind::Softirq => {
-                    super::causes::irq_source(members.iter().copied(), cause)
+                    super::cause_kind::irq_source(members.iter().copied(), cause)
                         .map(|(name, _)| name.to_string())
                 }
                 _ => detail,

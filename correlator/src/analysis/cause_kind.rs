@@ -1,7 +1,8 @@
 //! What delayed the requests: the kinds of cause, the categories of the
-//! measured account they are tested in, and the experiment that would
-//! confirm each, and the IRQ source that names an IRQ cause. One floor below `causes`, `families` and `paths`, which
-//! all name causes, so that none of them imports another to do it.
+//! measured account they are tested in, the experiment that would confirm
+//! each, and the IRQ source that names an IRQ cause. One floor below
+//! `causes`, `families` and `paths`, which all name causes, so that none
+//! of them imports another to do it.
 
 use serde::{Deserialize, Serialize};
 

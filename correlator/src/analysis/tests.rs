@@ -549,6 +549,35 @@ fn a_kernel_sleep_without_a_major_fault_is_not_named_a_major_fault() {
     assert!(e.unexplained_ns >= e.unnamed_kernel_sleep_ns, "{e:#?}");
 }
 
+/// A memory stall's time comes out of what it held: the blocked sleep
+/// inside it (an mmap_lock wait in a syscall) and its on-CPU work (reclaim
+/// on the fault path) are the stall's, named by its kind, and the account
+/// still sums to the window.
+#[test]
+fn a_memory_stall_takes_the_time_it_held() {
+    use crate::timeline::memory::StallKind;
+    let mut s = Synth::new(10_000.0, 5);
+    for at in sporadic_times(8, 5) {
+        s.stall(at, 10 * MS);
+        s.mem_stall(SERVER, at, 10 * MS, StallKind::MmapLock);
+        // 7 ms blocked in mmap (syscall 9), then 3 ms on the CPU in the kernel.
+        s.blocked(SERVER, at, 7 * MS, Site::Other, Some(9));
+        s.on_cpu(SERVER, at + 7 * MS, 3 * MS, &[], 1.0);
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    assert_verdict(&a, Signature::Sporadic, CauseKind::MemoryStall);
+    for e in &a.episodes {
+        let acc = &e.account;
+        assert_eq!(acc.memory_stall, Some(StallKind::MmapLock), "{acc:#?}");
+        assert!(
+            acc.blocked_other_ns < MS,
+            "the wait is the stall's: {acc:#?}"
+        );
+        assert!(acc.measured_ns() <= acc.duration_ns + MS, "{acc:#?}");
+    }
+}
+
 #[test]
 fn major_faults_and_migrations() {
     let mut s = Synth::new(10_000.0, 5);

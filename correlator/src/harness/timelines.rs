@@ -42,6 +42,8 @@ pub struct Synth {
     /// From this time on, arrivals outpace the server: each request waits
     /// for the queue built since then (`growth` ns of wait per ns elapsed).
     overload: Option<(u64, f64)>,
+    /// Memory stalls of the threads (see `timeline::memory`).
+    pub memory_stalls: Vec<crate::timeline::memory::MemStall>,
 }
 
 /// The serving thread of every synthetic run.
@@ -60,6 +62,7 @@ impl Synth {
             syscalls: Vec::new(),
             passive: false,
             overload: None,
+            memory_stalls: Vec::new(),
         }
     }
 
@@ -83,6 +86,7 @@ impl Synth {
             syscalls: Vec::new(),
             passive: false,
             overload: None,
+            memory_stalls: Vec::new(),
         }
     }
 
@@ -240,6 +244,23 @@ impl Synth {
             kstack: None,
             ustack: None,
             waker: None,
+        });
+    }
+
+    /// A memory stall of `kind` on thread `tid` (its time is placed by
+    /// the test too: a blocked interval or on-CPU time inside it).
+    pub fn mem_stall(
+        &mut self,
+        tid: u32,
+        start: u64,
+        len: u64,
+        kind: crate::timeline::memory::StallKind,
+    ) {
+        self.memory_stalls.push(crate::timeline::memory::MemStall {
+            tid,
+            kind,
+            start_ns: start,
+            end_ns: start + len,
         });
     }
 
@@ -407,7 +428,7 @@ impl Synth {
             stack_samples: Vec::new(),
             stacks: Default::default(),
             upstreams: Vec::new(),
-            memory_stalls: Vec::new(),
+            memory_stalls: self.memory_stalls,
             memory_cgroup: None,
             clocks: None,
         };

@@ -106,6 +106,7 @@ fn record(name: &str, runs: usize) -> Result<()> {
             Some("memcached") => memcached(&bin, recipe, &out),
             Some("jvm") => jvm(&bin, recipe, &out),
             Some("nginx-proxy") => nginx_proxy(&bin, recipe, &out),
+            Some("helper") => helper(&bin, recipe, &out),
             other => bail!("unknown recipe kind {other:?}"),
         };
         if let Some(d) = disturbance {
@@ -499,6 +500,103 @@ fn memcached(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
         other => bail!("unknown memcached mode {other}"),
     };
     Ok(json!({ "command": command }))
+}
+
+/// A server of our own (`correlator-testkit`), pinned to CPU 1: the
+/// recipe's `helper` and `args`; with `backend_args`, a testkit test
+/// server on CPU 0 first, whose address is appended as `--backend ADDR`.
+/// For the cases whose truth only a helper that times itself can give
+/// (Debian's software has no mmap_lock stall or connection pool to turn
+/// on). A pathserver's own event log is summed into the facts.
+fn helper(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
+    let testkit = crate::build_testkit()?;
+    let strings = |k: &str| -> Vec<String> {
+        recipe[k]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let name = recipe["helper"].as_str().context("helper recipe: helper")?;
+    let tmp = workspace_root().join(format!("target/corpus-helper-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let events = tmp.join("events.jsonl");
+    let spawn = |cpu: &str, helper: &str, args: &[String]| -> Result<(Server, String)> {
+        let mut child = Command::new("taskset")
+            .args(["-c", cpu])
+            .arg(&testkit)
+            .arg(helper)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("correlator-testkit {helper}"))?;
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().context("stdout")?),
+            &mut line,
+        )?;
+        let addr = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        Ok((Server(child), addr))
+    };
+    let backend_args = strings("backend_args");
+    let backend = (!backend_args.is_empty())
+        .then(|| spawn("0", "testserver", &backend_args))
+        .transpose()?;
+    let mut args = strings("args");
+    if let Some((_, addr)) = &backend {
+        args.extend(["--backend".to_string(), addr.clone()]);
+    }
+    if name == "pathserver" {
+        args.extend(["--events".to_string(), events.display().to_string()]);
+    }
+    let (server, addr) = spawn("1", name, &args)?;
+    let rate = recipe["rate"].as_u64().unwrap_or(2000);
+    let command = correlator_run_at(
+        bin,
+        server.0.id(),
+        &format!("tcp://{addr}"),
+        out,
+        10,
+        rate,
+        &[],
+    );
+    drop(server);
+    drop(backend);
+    let command = command?;
+    let mut facts = json!({
+        "command": command,
+        "helper": format!("correlator-testkit {name} {}", args.join(" ")),
+    });
+    if name == "pathserver" {
+        // The helper's own timings, by function: how many calls, and their
+        // total and longest time.
+        let mut by: std::collections::BTreeMap<String, (u64, u64, u64)> = Default::default();
+        for line in std::fs::read_to_string(&events)?.lines() {
+            let v: Value = serde_json::from_str(line)?;
+            let len = v["end_ns"]
+                .as_u64()
+                .unwrap_or(0)
+                .saturating_sub(v["start_ns"].as_u64().unwrap_or(0));
+            let e = by
+                .entry(v["function"].as_str().unwrap_or("?").to_string())
+                .or_default();
+            *e = (e.0 + 1, e.1 + len, e.2.max(len));
+        }
+        facts["helper_calls"] = json!(by
+            .iter()
+            .map(|(f, (n, total, max))| (f.clone(), json!({"calls": n, "total_ms": *total as f64 / 1e6, "longest_ms": *max as f64 / 1e6})))
+            .collect::<serde_json::Map<_, _>>());
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(facts)
 }
 
 fn recipes_dir() -> PathBuf {

@@ -11,7 +11,7 @@ TOOLCHAIN=1.98
 LLVM=22
 BPF_LINKER_VERSION=0.13.0
 # Debian packages used by the tests and benchmarks (real servers and reference tools).
-TEST_PACKAGES=(redis-server memcached nginx-light haproxy stress-ng linux-perf bpftrace wrk prometheus)
+TEST_PACKAGES=(redis-server memcached nginx-light haproxy stress-ng linux-perf bpftrace wrk prometheus golang-go)
 # Debian packages only `cargo xtask corpus record` needs (the corpus's real
 # software beside the test packages): installed by `setup.sh --corpus`, so the
 # test command's set-up does not fetch a JDK it does not use.

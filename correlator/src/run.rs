@@ -32,6 +32,8 @@ pub struct Outputs {
     pub perfetto: Option<PathBuf>,
     /// Folded stacks of episodes (and beside it, of the baseline).
     pub folded: Option<PathBuf>,
+    /// pprof profile of the run's code paths.
+    pub pprof: Option<PathBuf>,
     /// The raw run (kernel timeline and latency), for `correlator report`.
     pub run_file: Option<PathBuf>,
 }
@@ -55,6 +57,7 @@ pub fn run(opts: RunOptions) -> Result<(RunFile, Report)> {
         &opts.outputs.html,
         &opts.outputs.perfetto,
         &opts.outputs.folded,
+        &opts.outputs.pprof,
         &opts.outputs.run_file,
     ]
     .into_iter()
@@ -176,6 +179,12 @@ pub fn write_outputs(run: &RunFile, report: &Report, out: &Outputs) -> Result<()
         write(p, flame::folded(&cp.episodes))?;
         write(&baseline_sibling(p), flame::folded(&cp.baseline))?;
     }
+    if let Some(p) = &out.pprof {
+        if run.stacks.is_empty() {
+            anyhow::bail!("no stacks in this run: record it with --stacks for --pprof");
+        }
+        super::report::pprof::write(report, run, p)?;
+    }
     if let Some(p) = &out.perfetto {
         let trace = perfetto::write(report, run, p)?;
         for note in &trace.notes {
@@ -208,6 +217,7 @@ pub fn print_summary(report: &Report, out: &Outputs) {
         ("HTML report", &out.html),
         ("Perfetto trace", &out.perfetto),
         ("folded stacks (episodes)", &out.folded),
+        ("pprof profile", &out.pprof),
         ("run file", &out.run_file),
     ] {
         if let Some(p) = p {

@@ -55,6 +55,7 @@ mod memory_live;
 mod merge_cli;
 mod passive_live;
 mod perfetto_live;
+mod pprof_live;
 mod probes_live;
 mod run_live;
 mod stacks_live;

@@ -406,7 +406,7 @@ pub fn attach(
 
 /// One path's frames, outermost first: user frames, then the syscall (if
 /// the kernel stack is missing), then kernel frames marked `_[k]`.
-fn path(
+pub fn path(
     table: &StackTable,
     kstack: Option<u32>,
     ustack: Option<u32>,

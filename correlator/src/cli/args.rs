@@ -220,6 +220,13 @@ pub struct ReportOutputs {
     /// baseline windows'; counts are µs.
     #[arg(long)]
     pub folded: Option<PathBuf>,
+    /// pprof profile (gzip'd profile.proto, runs recorded with --stacks)
+    /// for go tool pprof, Pyroscope, Parca or speedscope: on-CPU samples
+    /// (sample type cpu) and off-CPU intervals (off_cpu), in ns, labelled
+    /// by cause, family, episode, thread and context; e.g. `go tool pprof
+    /// -top -tagfocus cause=blocking -sample_index=off_cpu FILE`.
+    #[arg(long)]
+    pub pprof: Option<PathBuf>,
     /// Spike threshold (default: max(5 × p50, p50 + 1 ms)).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub slo: Option<Duration>,
@@ -670,6 +677,7 @@ impl ReportOutputs {
             html: self.html.clone(),
             perfetto: self.perfetto.clone(),
             folded: self.folded.clone(),
+            pprof: self.pprof.clone(),
             run_file,
         }
     }

@@ -203,6 +203,7 @@ fn attempt(exe: &PathBuf, s: Scenario, opts: &SuiteOptions) -> Result<Outcome> {
         html: Some(base.with_extension("html")),
         perfetto: None,
         folded: None,
+        pprof: None,
         run_file: Some(base.with_extension("run")),
     };
     let (_, report) = run::run(RunOptions {

@@ -6,6 +6,7 @@ pub mod confirmation;
 pub mod flame;
 pub mod html;
 pub mod perfetto;
+pub mod pprof;
 pub mod terminal;
 
 use serde::{Deserialize, Serialize};

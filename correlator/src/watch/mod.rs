@@ -547,6 +547,7 @@ impl Watcher {
             html: Some(dir.join(outdir::REPORT_HTML)),
             perfetto: self.opts.perfetto.then(|| dir.join(outdir::TRACE)),
             folded: None,
+            pprof: None,
             run_file: Some(dir.join(outdir::RUN_FILE)),
         };
         write_outputs(&run, &report, &out)?;

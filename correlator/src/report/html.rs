@@ -29,6 +29,123 @@ fn x_of(r: &Report, t_ns: u64) -> f64 {
     LEFT + (t_ns.saturating_sub(s.start_ns) as f64 / span) * (W - LEFT - RIGHT)
 }
 
+/// Rows of a sub-second heatmap: 50 of 20 ms for the offset within each
+/// second, and 50 phase bins for the fold at a period.
+const HEAT_ROWS: usize = 50;
+
+/// FlameScope-style sub-second heatmaps of the episodes' spike requests
+/// (by each episode's start): one column per second of the run, one row
+/// per 20 ms offset within it, so a job every 300 ms draws slanted stripes;
+/// beside it, when a family has an estimated period, the same folded at
+/// that period (phase on the y axis), where a periodic family is one
+/// straight line and its jitter the line's width.
+fn heatmaps(r: &Report) -> String {
+    let start = r.series.start_ns;
+    let seconds = (r.duration_s.ceil() as usize).clamp(1, 600);
+    let at = |e: &crate::analysis::Episode| e.window.start_ns.saturating_sub(start);
+    let second = heat(
+        seconds,
+        r.episodes.iter().map(|e| {
+            let t = at(e);
+            (
+                (t / 1_000_000_000) as usize,
+                ((t % 1_000_000_000) / 20_000_000) as usize,
+                e.window.requests,
+            )
+        }),
+    );
+    let mut out = format!(
+        "<div style=\"display:flex;gap:20px;flex-wrap:wrap\"><div><p>Spike requests by second (x) and offset within the second (y, 20 ms rows, 0 at the top)</p>{}</div>",
+        heat_svg(
+            &second,
+            seconds,
+            "offset in the second: 0 ms (top) to 1000 ms"
+        )
+    );
+    // Only a family the periodicity test called periodic: a fold at the
+    // best period of a family that is not would draw noise as a pattern.
+    let periodic = r
+        .families
+        .iter()
+        .filter(|f| f.signature == crate::analysis::Signature::Periodic)
+        .filter_map(|f| f.periodicity.as_ref().map(|p| (f, p)))
+        .find(|(_, p)| p.period_ms > 0.0);
+    if periodic.is_none() {
+        out.push_str(
+            "<div><p>No family is periodic (by its periodicity test): nothing to fold.</p></div>",
+        );
+    }
+    if let Some((f, p)) = periodic {
+        let period = (p.period_ms * 1e6).max(1.0) as u64;
+        let members: std::collections::HashSet<usize> = f.episodes.iter().copied().collect();
+        let folded = heat(
+            seconds,
+            r.episodes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| members.contains(i))
+                .map(|(_, e)| {
+                    let t = at(e);
+                    let phase = ((t % period) as f64 / period as f64 * HEAT_ROWS as f64) as usize;
+                    ((t / 1_000_000_000) as usize, phase, e.window.requests)
+                }),
+        );
+        let _ = write!(
+            out,
+            "<div><p>{} folded at its period, {:.1} ms (p = {:.1e}): phase (y) against time (x)</p>{}</div>",
+            esc(&f.name()),
+            p.period_ms,
+            p.p_value,
+            heat_svg(&folded, seconds, "phase in the period")
+        );
+    }
+    out.push_str("</div>");
+    out
+}
+
+/// Counts per (column, row) cell.
+fn heat(columns: usize, points: impl Iterator<Item = (usize, usize, u64)>) -> Vec<u64> {
+    let mut cells = vec![0u64; columns * HEAT_ROWS];
+    for (c, row, n) in points {
+        if c < columns {
+            cells[c * HEAT_ROWS + row.min(HEAT_ROWS - 1)] += n;
+        }
+    }
+    cells
+}
+
+fn heat_svg(cells: &[u64], columns: usize, y_title: &str) -> String {
+    let (cw, ch) = ((440.0 / columns as f64).max(1.0), 4.0);
+    let (w, h) = (cw * columns as f64 + 40.0, ch * HEAT_ROWS as f64 + 20.0);
+    let max = cells.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let mut svg = format!(
+        r##"<svg viewBox="0 0 {w:.0} {h:.0}" width="{w:.0}" height="{h:.0}" class="plot"><rect x="30" y="0" width="{:.1}" height="{:.1}" fill="#fafafa" stroke="#ccc"><title>{}</title></rect>"##,
+        cw * columns as f64,
+        ch * HEAT_ROWS as f64,
+        esc(y_title)
+    );
+    for (i, &n) in cells.iter().enumerate().filter(|(_, n)| **n > 0) {
+        let (c, row) = (i / HEAT_ROWS, i % HEAT_ROWS);
+        // Square-root scale: one request still shows beside hundreds.
+        let heat = (n as f64 / max).sqrt();
+        let (g, b) = ((230.0 * (1.0 - heat)) as u8, (200.0 * (1.0 - heat)) as u8);
+        let _ = write!(
+            svg,
+            r##"<rect x="{:.1}" y="{:.1}" width="{cw:.1}" height="{ch}" fill="rgb(220,{g},{b})"><title>second {c}, row {row}: {n} spike requests</title></rect>"##,
+            30.0 + c as f64 * cw,
+            row as f64 * ch
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="30" y="{:.0}" font-size="10">0 s</text><text x="{:.0}" y="{:.0}" font-size="10" text-anchor="end">{columns} s</text></svg>"##,
+        h - 4.0,
+        30.0 + cw * columns as f64,
+        h - 4.0
+    );
+    svg
+}
+
 /// Latency over time (log scale) with episodes shaded.
 fn latency_plot(r: &Report) -> String {
     let h = 260.0;
@@ -434,6 +551,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 {confirmation}
 <h2>Causes, best first</h2><table><tr><th>cause</th><th>share of episode time</th><th>evidence</th><th>confirm with</th></tr>{causes}</table>
 <h2>Latency over time and kernel events</h2>{lat}{lanes}
+<h2>Sub-second heatmap</h2>{heat}
 <h2>Percentiles</h2><div style="display:flex;gap:20px"><table><tr><th></th><th>value</th><th>samples above</th></tr>{pct}</table>{curve}</div>
 <p>{count} requests, {spikes} spikes, {timeouts} timeouts, {errors} errors</p>
 {server_side}
@@ -442,6 +560,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 <h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run); lost kernel records/events: {lost}</p>
 <ul>{notes}</ul></body></html>"#,
         comm = esc(&r.target.comm),
+        heat = heatmaps(r),
         confirmation = confirmation,
         pid = r.target.pid,
         dur = r.duration_s,
@@ -504,4 +623,25 @@ fn confirmation_section(r: &Report) -> String {
     format!(
         "{headline}<h2>Confirmed by experiment?</h2><table><tr><th>cause</th><th>outcome</th><th>predicted</th><th>measured</th><th>verdict</th></tr>{rows}</table>"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heat_cells_are_column_by_row_and_rows_clamp() {
+        let cells = heat(
+            3,
+            [(0, 0, 2), (2, 49, 1), (2, 80, 4), (5, 1, 9)].into_iter(),
+        );
+        assert_eq!(cells.len(), 3 * HEAT_ROWS);
+        assert_eq!(cells[0], 2);
+        assert_eq!(cells[2 * HEAT_ROWS + 49], 5, "a row past the last joins it");
+        assert_eq!(
+            cells.iter().sum::<u64>(),
+            7,
+            "a column past the run is dropped"
+        );
+    }
 }

@@ -15,6 +15,7 @@ use crate::{
 
 /// Bits of `CpuState::irq_while_waiting`.
 pub(crate) const HARDIRQ_WAITING: u64 = 1;
+pub(crate) const SOFTIRQ_WAITING: u64 = 2;
 
 /// The time counter slot of softirq vector `vec` (vectors past the last
 /// known one share its slot).
@@ -22,7 +23,6 @@ pub(crate) const HARDIRQ_WAITING: u64 = 1;
 fn softirq_ns_slot(vec: u32) -> usize {
     SOFTIRQ_NS_BASE + (vec as usize).min(NUM_SOFTIRQ_VECTORS - 1)
 }
-pub(crate) const SOFTIRQ_WAITING: u64 = 2;
 
 /// Whether `cpu`'s waiting target thread really still waits for this CPU
 /// (`waiting_tid` is only cleared at the CPU's next context switch).

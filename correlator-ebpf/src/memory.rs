@@ -73,14 +73,16 @@ fn end(kind: MemStallKind) {
     }
 }
 
+/// Each program is named after its tracepoint: userspace loads it for the
+/// tracepoint of its name.
 macro_rules! stall_tracepoints {
-    ($($begin:ident, $begin_tp:literal, $end:ident, $end_tp:literal, $kind:expr;)*) => {$(
-        #[btf_tracepoint(function = $begin_tp)]
+    ($($begin:ident, $end:ident, $kind:expr;)*) => {$(
+        #[btf_tracepoint]
         pub fn $begin(_ctx: BtfTracePointContext) -> i32 {
             begin($kind);
             0
         }
-        #[btf_tracepoint(function = $end_tp)]
+        #[btf_tracepoint]
         pub fn $end(_ctx: BtfTracePointContext) -> i32 {
             end($kind);
             0
@@ -89,10 +91,10 @@ macro_rules! stall_tracepoints {
 }
 
 stall_tracepoints! {
-    direct_reclaim_begin, "mm_vmscan_direct_reclaim_begin", direct_reclaim_end, "mm_vmscan_direct_reclaim_end", MemStallKind::DirectReclaim;
-    memcg_reclaim_begin, "mm_vmscan_memcg_reclaim_begin", memcg_reclaim_end, "mm_vmscan_memcg_reclaim_end", MemStallKind::CgroupReclaim;
-    compaction_begin, "mm_compaction_begin", compaction_end, "mm_compaction_end", MemStallKind::Compaction;
-    mmap_lock_start, "mmap_lock_start_locking", mmap_lock_acquired, "mmap_lock_acquire_returned", MemStallKind::MmapLock;
+    mm_vmscan_direct_reclaim_begin, mm_vmscan_direct_reclaim_end, MemStallKind::DirectReclaim;
+    mm_vmscan_memcg_reclaim_begin, mm_vmscan_memcg_reclaim_end, MemStallKind::CgroupReclaim;
+    mm_compaction_begin, mm_compaction_end, MemStallKind::Compaction;
+    mmap_lock_start_locking, mmap_lock_acquire_returned, MemStallKind::MmapLock;
 }
 
 /// Over memory.high: reclaim, then the penalty sleep, on the way back to

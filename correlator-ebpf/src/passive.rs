@@ -112,12 +112,8 @@ fn socket_transfer(ctx: &BtfTracePointContext, reading: bool) {
     // context load, used only as the key (the verifier tracks it as a
     // pointer and allows no arithmetic on it).
     let sk: u64 = arg(ctx, 0);
-    // The socket's address as a number, read by the helper: for the
-    // socket's fields and to label the connection in records.
-    // SAFETY: the helper checks the address; slot 0 of the context.
-    let sk_addr = || unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }.unwrap_or(0);
     if config!(upstreams) != 0 {
-        let addr = sk_addr();
+        let addr = sk_address(ctx);
         if is_upstream(addr) {
             upstream_transfer(sk, addr, pid_tgid, reading, ret as u64);
             // Not a request to the server: never paired as one.
@@ -129,8 +125,18 @@ fn socket_transfer(ctx: &BtfTracePointContext, reading: bool) {
     }
     // Its bits above the slab's 64-byte alignment number the connection
     // for userspace: only for a record.
-    let label = || conn_label(sk_addr());
+    let label = || conn_label(sk_address(ctx));
     transfer(pid_tgid, sk, label, reading, ret as u64);
+}
+
+/// The socket in slot 0 of a socket tracepoint's context, as a number,
+/// read by the helper: for its fields and to label its connection in
+/// records (a direct load of the slot is a pointer the verifier allows
+/// no arithmetic on).
+#[inline(always)]
+fn sk_address(ctx: &BtfTracePointContext) -> u64 {
+    // SAFETY: the helper checks the address; slot 0 of the context.
+    unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }.unwrap_or(0)
 }
 
 /// A connection's number in records: the socket address's bits above the
@@ -319,9 +325,7 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> i32 {
     {
         // The target starts listening (in its listen() call): connections
         // accepted on this port are its inbound ones.
-        // SAFETY: the helper checks the address; slot 0 of the context.
-        let addr = unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }.unwrap_or(0);
-        let port: u16 = sk_field(addr, config!(skc_num_offset));
+        let port: u16 = sk_field(sk_address(&ctx), config!(skc_num_offset));
         let _ = LISTEN_PORTS.insert(&port, &1, 0);
     }
     0

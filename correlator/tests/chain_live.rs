@@ -7,8 +7,6 @@
 //! waited, per episode, within 5% + 1 ms of the helper's own clocks. Needs
 //! root + BPF (fails, not skips, with CI=true).
 
-use std::process::Command;
-
 use serde_json::Value;
 
 use crate::util::{helper_server, run_report, scratch, top_server_cause};
@@ -60,9 +58,7 @@ live_test! {
         );
         // Server and holder on one CPU, the load generator on the other:
         // the holder wakes to an idle CPU, so its hold is its sleep.
-        let _ = Command::new("taskset")
-            .args(["-apc", "0", &server.0.id().to_string()])
-            .output();
+        server.pin_all("0");
         let report = run_report(server.0.id(), &format!("tcp://{addr}"), 2000, "10s", &dir, &[]);
         drop(server);
         let log = std::fs::read_to_string(&events).expect("events");

@@ -88,9 +88,7 @@ live_test! {
             "testserver",
             &["--stall-every", "20000", "--stall", "25ms"],
         );
-        let _ = Command::new("taskset")
-            .args(["-apc", "0", &server.0.id().to_string()])
-            .output();
+        server.pin_all("0");
         let report = run_report(
             server.0.id(),
             &format!("tcp://{addr}"),

@@ -21,9 +21,7 @@ live_test! {
             &["--path", "mmap-lock", "--every", "300ms", "--mib", "256",
               "--events", events.to_str().expect("path")],
         );
-        let _ = std::process::Command::new("taskset")
-            .args(["-apc", "1", &server.0.id().to_string()])
-            .output();
+        server.pin_all("1");
         let report = run_report(server.0.id(), &format!("tcp://{addr}"), 2000, "10s", &dir, &[]);
         drop(server);
         let waits: Vec<(u64, u64)> = std::fs::read_to_string(&events)

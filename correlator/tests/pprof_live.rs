@@ -57,9 +57,7 @@ live_test! {
             &["--path", "lock", "--every", "500ms", "--hold", "15ms",
               "--events", events.to_str().expect("path")],
         );
-        let _ = Command::new("taskset")
-            .args(["-apc", "0", &server.0.id().to_string()])
-            .output();
+        server.pin_all("0");
         let profile = dir.join("run.pb.gz");
         run_report(
             server.0.id(),

@@ -23,9 +23,7 @@ live_test! {
             "testserver",
             &["--stall-every", "500", "--stall", "20ms"],
         );
-        let _ = Command::new("taskset")
-            .args(["-apc", "0", &backend.0.id().to_string()])
-            .output();
+        backend.pin_all("0");
         let port = free_port();
         let config = dir.join("haproxy.cfg");
         std::fs::write(
@@ -106,11 +104,8 @@ fn thread_per_request(pool: &str, name: &str) -> (serde_json::Value, String) {
     let (backend, backend_addr) =
         helper_server("testserver", &["--stall-every", "500", "--stall", "20ms"]);
     let (proxy, addr) = helper_server("proxy", &["--backend", &backend_addr, "--pool", pool]);
-    for (p, cpu) in [(&backend, "0"), (&proxy, "1")] {
-        let _ = Command::new("taskset")
-            .args(["-apc", cpu, &p.0.id().to_string()])
-            .output();
-    }
+    backend.pin_all("0");
+    proxy.pin_all("1");
     let report = run_report(
         proxy.0.id(),
         &format!("tcp://{addr}"),

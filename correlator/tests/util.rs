@@ -245,6 +245,16 @@ pub fn proc_row(file: &str, row: &str) -> Vec<u64> {
 /// A child process killed when dropped.
 pub struct Proc(pub std::process::Child);
 
+impl Proc {
+    /// Pins every thread of the process to `cpus` (`taskset -apc`), best
+    /// effort, as the live tests place servers away from the generator.
+    pub fn pin_all(&self, cpus: &str) {
+        let _ = Command::new("taskset")
+            .args(["-apc", cpus, &self.0.id().to_string()])
+            .output();
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.0.kill();

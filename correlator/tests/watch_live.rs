@@ -111,9 +111,7 @@ fn watch_scenario(server: Server, during: impl FnOnce(u16)) -> Outcome {
                     events_arg,
                 ],
             );
-            let _ = Command::new("taskset")
-                .args(["-apc", "1", &p.0.id().to_string()])
-                .output();
+            p.pin_all("1");
             (p, addr)
         }
     };

@@ -210,6 +210,15 @@ impl TimeAccount {
             + self.steal_ns
     }
 
+    /// The window time the measurements do not cover, and the measured
+    /// share, from what is measured. Bucket rows reach a little past the
+    /// window's edges: never more than the window is explained.
+    fn settle_unexplained(&mut self) {
+        let (measured, d) = (self.measured_ns(), self.duration_ns.max(1));
+        self.unexplained_ns = d.saturating_sub(measured);
+        self.explained_share = measured.min(d) as f64 / d as f64;
+    }
+
     /// Time the server itself spent delayed or busy (all but idle).
     fn busy_ns(&self) -> u64 {
         self.measured_ns().saturating_sub(self.idle_ns)
@@ -379,6 +388,9 @@ impl<'a> Accounts<'a> {
                 unexplained_ns: end.saturating_sub(start).max(1),
                 ..TimeAccount::default()
             });
+        if account.fault_ns == 0 && account.blocked_fault_ns == 0 {
+            return account;
+        }
         let (minor, major) = self.faults_counted(start, end);
         if account.fault_ns > 0 && major > 0 && major >= minor {
             account.fault_major_ns = account.fault_ns;
@@ -391,10 +403,7 @@ impl<'a> Accounts<'a> {
             // booked to a cause: unexplained, and shown as such.
             account.unnamed_kernel_sleep_ns = account.blocked_fault_ns;
             account.blocked_fault_ns = 0;
-            let measured = account.measured_ns();
-            account.unexplained_ns = account.duration_ns.saturating_sub(measured);
-            account.explained_share =
-                measured.min(account.duration_ns) as f64 / account.duration_ns.max(1) as f64;
+            account.settle_unexplained();
         }
         account
     }
@@ -441,15 +450,8 @@ impl<'a> Accounts<'a> {
             }
         }
         // Memory stalls, by kind.
-        if let Some(list) = self.stalls.get(&tid) {
-            let first =
-                list.partition_point(|m| m.start_ns < start.saturating_sub(self.longest_stall));
-            for m in list[first..].iter().take_while(|m| m.start_ns < end) {
-                let o = m.end_ns.min(end).saturating_sub(m.start_ns.max(start));
-                if o > 0 {
-                    *s.mem_by_kind.entry(m.kind).or_default() += o as f64;
-                }
-            }
+        for (kind, o) in self.stalls_in(tid, start, end) {
+            *s.mem_by_kind.entry(kind).or_default() += o as f64;
         }
         // Off-CPU records.
         for span in self
@@ -546,18 +548,27 @@ impl<'a> Accounts<'a> {
         s
     }
 
-    /// The part of [from, to] inside thread `tid`'s memory stalls (which
-    /// never overlap one another: one at a time per thread).
-    fn stalled(&self, tid: u32, from: u64, to: u64) -> f64 {
-        let Some(list) = self.stalls.get(&tid) else {
-            return 0.0;
-        };
+    /// Thread `tid`'s memory stalls in [from, to]: each one's kind and
+    /// its overlap with the window (stalls never overlap one another: one
+    /// at a time per thread).
+    fn stalls_in(&self, tid: u32, from: u64, to: u64) -> impl Iterator<Item = (StallKind, u64)> {
+        let list = self.stalls.get(&tid).map_or(&[][..], Vec::as_slice);
         let first = list.partition_point(|m| m.start_ns < from.saturating_sub(self.longest_stall));
         list[first..]
             .iter()
-            .take_while(|m| m.start_ns < to)
-            .map(|m| m.end_ns.min(to).saturating_sub(m.start_ns.max(from)) as f64)
-            .sum()
+            .take_while(move |m| m.start_ns < to)
+            .map(move |m| {
+                (
+                    m.kind,
+                    m.end_ns.min(to).saturating_sub(m.start_ns.max(from)),
+                )
+            })
+            .filter(|&(_, o)| o > 0)
+    }
+
+    /// The part of [from, to] inside thread `tid`'s memory stalls.
+    fn stalled(&self, tid: u32, from: u64, to: u64) -> f64 {
+        self.stalls_in(tid, from, to).map(|(_, o)| o as f64).sum()
     }
 
     /// The part of [from, to] in which thread `tid` had an exchange with
@@ -816,11 +827,7 @@ impl<'a> Accounts<'a> {
             account.top_syscall = Some(name.clone());
             account.top_syscall_ns = *ns as u64;
         }
-        let measured = account.measured_ns();
-        // Bucket rows reach a little past the window's edges: never more
-        // than the window is explained.
-        account.unexplained_ns = d.saturating_sub(measured);
-        account.explained_share = measured.min(d) as f64 / d as f64;
+        account.settle_unexplained();
         account
     }
 }

@@ -153,27 +153,27 @@ pub(super) fn attach_all(
     Ok(())
 }
 
-/// The memory-stall programs: (program, tracepoint or function). Each is
-/// optional: a kernel without one (or with the function inlined) times
-/// the others, and the run says which were missing.
-const MEMORY_TRACEPOINTS: [(&str, &str); 8] = [
-    ("direct_reclaim_begin", "mm_vmscan_direct_reclaim_begin"),
-    ("direct_reclaim_end", "mm_vmscan_direct_reclaim_end"),
-    ("memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_begin"),
-    ("memcg_reclaim_end", "mm_vmscan_memcg_reclaim_end"),
-    ("compaction_begin", "mm_compaction_begin"),
-    ("compaction_end", "mm_compaction_end"),
-    ("mmap_lock_start", "mmap_lock_start_locking"),
-    ("mmap_lock_acquired", "mmap_lock_acquire_returned"),
+/// The memory-stall tracepoints (each program is named after its
+/// tracepoint). Each is optional, as is the memory.high function: a kernel
+/// without one times the others, and the run says which were missing.
+const MEMORY_TRACEPOINTS: [&str; 8] = [
+    "mm_vmscan_direct_reclaim_begin",
+    "mm_vmscan_direct_reclaim_end",
+    "mm_vmscan_memcg_reclaim_begin",
+    "mm_vmscan_memcg_reclaim_end",
+    "mm_compaction_begin",
+    "mm_compaction_end",
+    "mmap_lock_start_locking",
+    "mmap_lock_acquire_returned",
 ];
 
 /// Attaches the memory-stall programs this kernel allows; returns the
 /// names of those it does not.
 pub(super) fn attach_memory(ebpf: &mut Ebpf, btf: &aya::Btf) -> Vec<String> {
     let mut missing = Vec::new();
-    for (prog, tracepoint) in MEMORY_TRACEPOINTS {
-        if let Err(e) = attach_btf_tracepoint(ebpf, prog, tracepoint, btf) {
-            log::info!("memory stalls: {prog} not attached: {e:#}");
+    for tracepoint in MEMORY_TRACEPOINTS {
+        if let Err(e) = attach_tracepoint(ebpf, tracepoint, btf) {
+            log::info!("memory stalls: {tracepoint} not attached: {e:#}");
             missing.push(tracepoint.to_string());
         }
     }
@@ -197,26 +197,6 @@ pub(super) fn attach_memory(ebpf: &mut Ebpf, btf: &aya::Btf) -> Vec<String> {
         missing.push("__mem_cgroup_handle_over_high".to_string());
     }
     missing
-}
-
-/// A BTF tracepoint program attached to a tracepoint of another name.
-fn attach_btf_tracepoint(
-    ebpf: &mut Ebpf,
-    prog: &str,
-    tracepoint: &str,
-    btf: &aya::Btf,
-) -> Result<()> {
-    let program: &mut BtfTracePoint = ebpf
-        .program_mut(prog)
-        .with_context(|| format!("program {prog} missing from the eBPF object"))?
-        .try_into()?;
-    program
-        .load(tracepoint, btf)
-        .map_err(|e| refused(prog, &e))?;
-    program
-        .attach()
-        .with_context(|| format!("cannot attach to BTF tracepoint {tracepoint}"))?;
-    Ok(())
 }
 
 /// The kernel's BTF as aya parses it (several MB: read once per attach).

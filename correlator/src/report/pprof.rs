@@ -101,16 +101,8 @@ pub struct Function {
     pub system_name: i64,
 }
 
-/// What the profile holds, for the caller to report.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Written {
-    pub samples: usize,
-    pub cpu_ns: u64,
-    pub off_cpu_ns: u64,
-}
-
 /// Builds the profile of `run` with `report`'s episodes and families.
-pub fn profile(report: &Report, run: &RunFile) -> (Profile, Written) {
+pub fn profile(report: &Report, run: &RunFile) -> Profile {
     let mut b = Builder::default();
     b.string(""); // index 0 is the empty string, by the format's rule
     let (cpu, off_cpu, ns) = (
@@ -161,7 +153,6 @@ pub fn profile(report: &Report, run: &RunFile) -> (Profile, Written) {
         let upto = windows.partition_point(|w| w.0 <= t);
         windows[..upto].iter().rev().find(|w| t < w.1).map(|w| w.2)
     };
-    let mut written = Written::default();
     let period = run.sample_period_ns;
     for s in &run.stack_samples {
         let frames = paths::path(&run.stacks, s.kstack, s.ustack, s.syscall);
@@ -172,7 +163,6 @@ pub fn profile(report: &Report, run: &RunFile) -> (Profile, Written) {
             value: vec![i64::try_from(period).unwrap_or(0), 0],
             label: labels,
         });
-        written.cpu_ns += period;
     }
     // Off-CPU intervals, cut at the episodes' edges so each part carries
     // the label of where it fell.
@@ -191,10 +181,8 @@ pub fn profile(report: &Report, run: &RunFile) -> (Profile, Written) {
                 value: vec![0, i64::try_from(to - from).unwrap_or(0)],
                 label: labels,
             });
-            written.off_cpu_ns += to - from;
         }
     }
-    written.samples = p.sample.len();
     p.comment.push(b.string(&format!(
         "correlator {}: PID {} ({}); cpu = on-CPU samples, off_cpu = recorded off-CPU intervals (50 us or more)",
         env!("CARGO_PKG_VERSION"),
@@ -204,7 +192,7 @@ pub fn profile(report: &Report, run: &RunFile) -> (Profile, Written) {
     p.location = b.location;
     p.function = b.function;
     p.string_table = b.strings;
-    (p, written)
+    p
 }
 
 /// [start, end) cut at the episodes' edges: (from, to, episode index).
@@ -228,15 +216,14 @@ fn cut(start: u64, end: u64, windows: &[(u64, u64, usize)]) -> Vec<(u64, u64, Op
 }
 
 /// Writes the gzip'd profile.
-pub fn write(report: &Report, run: &RunFile, path: &Path) -> Result<Written> {
-    let (p, written) = profile(report, run);
+pub fn write(report: &Report, run: &RunFile, path: &Path) -> Result<()> {
+    let p = profile(report, run);
     let file =
         std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
     let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
     gz.write_all(&p.encode_to_vec())
         .and_then(|()| gz.finish().map(|_| ()))
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(written)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The profile's string, function and location tables, built as used.

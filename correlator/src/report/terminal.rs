@@ -229,15 +229,40 @@ fn upstream_line(u: &crate::analysis::upstreams::UpstreamSummary) -> String {
     )
 }
 
+/// The parts of [`account_line`], in its order.
+const ACCOUNT_PARTS: [&str; 21] = [
+    "user code",
+    "syscalls",
+    "fault handling",
+    "migration",
+    "runnable",
+    "CPU wake-up",
+    "lock",
+    "kernel lock spin",
+    "io",
+    "major faults",
+    "sleep/other waits",
+    "runtime pause",
+    "memory stall",
+    "upstream",
+    "idle",
+    "IRQs",
+    "steal",
+    "timer silence (host)",
+    "lock holder stalled (host)",
+    "kernel sleep outside syscalls, no major fault (unnamed)",
+    "unexplained",
+];
+
 /// The episodes' accounts summed: each category's share of episode time,
 /// largest first.
 fn account_line(r: &Report) -> String {
-    let mut sum = [0u64; 21];
+    let mut sum = [0u64; ACCOUNT_PARTS.len()];
     let mut total = 0u64;
     for e in &r.episodes {
         let a = &e.account;
         total += a.duration_ns;
-        let parts = [
+        let parts: [u64; ACCOUNT_PARTS.len()] = [
             a.on_cpu_user_ns,
             a.syscall_ns,
             a.fault_ns.saturating_sub(a.fault_major_ns),
@@ -265,30 +290,11 @@ fn account_line(r: &Report) -> String {
             *s += v;
         }
     }
-    let names = [
-        "user code",
-        "syscalls",
-        "fault handling",
-        "migration",
-        "runnable",
-        "CPU wake-up",
-        "lock",
-        "kernel lock spin",
-        "io",
-        "major faults",
-        "sleep/other waits",
-        "runtime pause",
-        "memory stall",
-        "upstream",
-        "idle",
-        "IRQs",
-        "steal",
-        "timer silence (host)",
-        "lock holder stalled (host)",
-        "kernel sleep outside syscalls, no major fault (unnamed)",
-        "unexplained",
-    ];
-    let mut parts: Vec<(u64, &str)> = sum.into_iter().zip(names).filter(|(v, _)| *v > 0).collect();
+    let mut parts: Vec<(u64, &str)> = sum
+        .into_iter()
+        .zip(ACCOUNT_PARTS)
+        .filter(|(v, _)| *v > 0)
+        .collect();
     parts.sort_by_key(|p| std::cmp::Reverse(p.0));
     parts
         .iter()

@@ -203,6 +203,8 @@ pub async fn capture(
             }
         }
     };
+    // Its queued frames written before anything reads or replaces the file.
+    drop(journal);
     let ended_ns = clock::monotonic_ns();
     steal.sample(ended_ns);
     target.thread_names(cfg.follow_children, &mut thread_names);

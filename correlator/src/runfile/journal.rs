@@ -8,12 +8,7 @@
 //! the kernel's totals and losses, the programs' costs, syscall totals,
 //! passive latency, symbolized stacks.
 
-use std::{
-    collections::BTreeMap,
-    fs,
-    io::Write as _,
-    path::{Path, PathBuf},
-};
+use std::{collections::BTreeMap, fs, io::Write as _, path::Path};
 
 use anyhow::{Context as _, Result};
 use correlator_common::{Account, NUM_COUNTERS};
@@ -23,11 +18,27 @@ use super::{Durations, EventTotals, Overhead, RunFile, StopReason};
 use crate::timeline::{Timeline, steal::StealSample};
 
 /// Appends frames to the run file while a recording runs.
+///
+/// Encoding and writing a second's frame takes milliseconds of CPU (4 ms
+/// on a loaded redis here). Done on the recorder's thread, that stalled
+/// whatever shared its CPU once a second — in `run`, the load generator,
+/// whose late replies then read as "idle" spikes with a 1 s period. So a
+/// writer thread does it at SCHED_IDLE priority: it runs when the CPU has
+/// nothing else to run, and any other task that wakes takes the CPU from
+/// it at once.
 pub struct Journal {
-    path: PathBuf,
-    file: fs::File,
+    frames: Option<std::sync::mpsc::Sender<Message>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    /// The writer's first error, reported by the next call.
+    failed: std::sync::Arc<std::sync::Mutex<Option<anyhow::Error>>>,
     /// How many of each record kind earlier frames held.
     written: Written,
+}
+
+enum Message {
+    Frame(Box<Delta>),
+    /// Answered once every earlier frame is written.
+    Flush(std::sync::mpsc::Sender<()>),
 }
 
 #[derive(Default)]
@@ -47,16 +58,47 @@ impl Journal {
             .with_context(|| format!("cannot create run file {}", path.display()))?;
         file.write_all(compact::MAGIC)?;
         file.write_all(&compact::encode(&Frame::Start(Box::new(start)))?)?;
+        let (frames, inbox) = std::sync::mpsc::channel();
+        let failed = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let writer = {
+            let failed = std::sync::Arc::clone(&failed);
+            let path = path.to_path_buf();
+            std::thread::Builder::new()
+                .name("correlator-journal".into())
+                .spawn(move || write_frames(&inbox, file, &path, &failed))
+                .context("cannot start the run file's writer thread")?
+        };
         Ok(Self {
-            path: path.to_path_buf(),
-            file,
+            frames: Some(frames),
+            writer: Some(writer),
+            failed,
             written: Written::default(),
         })
     }
 
+    /// Waits until every frame appended so far is in the file.
+    pub fn flush(&mut self) -> Result<()> {
+        let (done, wait) = std::sync::mpsc::channel();
+        if let Some(frames) = &self.frames {
+            // A writer gone has recorded why in `failed`.
+            let _ = frames.send(Message::Flush(done));
+            let _ = wait.recv();
+        }
+        self.check()
+    }
+
+    fn check(&self) -> Result<()> {
+        match self.failed.lock().map(|mut f| f.take()) {
+            Ok(Some(e)) => Err(e),
+            Ok(None) => Ok(()),
+            Err(_) => anyhow::bail!("the run file's writer thread panicked"),
+        }
+    }
+
     /// Appends what `timeline` and `steal` gained since the last call, and
     /// the server-side `requests` kept since (taken).
-    /// One `write` per frame: a kill tears at most the frame being written.
+    /// The writer thread writes the frame (one `write` per frame: a kill
+    /// tears at most the frame being written).
     pub fn append(
         &mut self,
         timeline: &mut Timeline,
@@ -80,10 +122,54 @@ impl Journal {
             steal: new(steal, &mut w.steal),
             requests: std::mem::take(requests),
         };
-        let bytes = compact::encode(&Frame::Delta(Box::new(delta)))?;
-        self.file
-            .write_all(&bytes)
-            .with_context(|| format!("cannot append to run file {}", self.path.display()))
+        self.check()?;
+        if let Some(frames) = &self.frames {
+            let _ = frames.send(Message::Frame(Box::new(delta)));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Journal {
+    /// Writes what is queued before the run file is replaced or read.
+    fn drop(&mut self) {
+        self.frames = None;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+/// The writer thread: each frame in one `write` (a kill tears at most the
+/// frame being written), at SCHED_IDLE (see [`Journal`]).
+fn write_frames(
+    inbox: &std::sync::mpsc::Receiver<Message>,
+    mut file: fs::File,
+    path: &Path,
+    failed: &std::sync::Mutex<Option<anyhow::Error>>,
+) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is this thread; a valid policy and parameter. Failing
+    // leaves it at normal priority, which only costs what it did before.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    while let Ok(message) = inbox.recv() {
+        match message {
+            Message::Frame(delta) => {
+                let written = compact::encode(&Frame::Delta(delta)).and_then(|bytes| {
+                    file.write_all(&bytes)
+                        .with_context(|| format!("cannot append to run file {}", path.display()))
+                });
+                if let Err(e) = written {
+                    if let Ok(mut f) = failed.lock() {
+                        f.get_or_insert(e);
+                    }
+                    return;
+                }
+            }
+            Message::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
     }
 }
 

@@ -145,12 +145,14 @@ fn a_journal_cut_anywhere_reads_up_to_its_last_whole_frame() {
     requests.push(call(2_500_000_000));
     j.append(&mut t, &[], &mut requests, 3_000_000_000)
         .expect("append");
+    j.flush().expect("flush");
     let whole = fs::read(&path).expect("read");
     // The third frame is torn: only its first 10 bytes reached the disk.
     t.push_offcpu(offcpu(1, 12_000_000));
     requests.push(call(3_500_000_000));
     j.append(&mut t, &[], &mut requests, 4_000_000_000)
         .expect("append");
+    j.flush().expect("flush");
     let full = fs::read(&path).expect("read");
     fs::write(&path, &full[..whole.len() + 10]).expect("tear");
     let run = RunFile::load(&path).expect("load journal");

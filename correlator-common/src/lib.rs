@@ -528,6 +528,12 @@ pub enum MemStallKind {
     /// mprotect or fault holds it) (`mmap_lock:mmap_lock_start_locking` to
     /// `mmap_lock_acquire_returned`).
     MmapLock = 5,
+    /// A major fault that read its page back from swap: from the fault's
+    /// first uninterruptible sleep to the kernel counting the major fault,
+    /// in a fault that did not go through the page cache
+    /// (`filemap:mm_filemap_fault` not hit), so an anonymous (or shmem)
+    /// page, not a file's.
+    SwapIn = 6,
 }
 
 /// One memory stall of a target thread at least `min_offcpu_record_ns` long.
@@ -759,8 +765,19 @@ pub struct ThreadState {
     /// and when it began: the outermost one (memory.high handling
     /// reclaims inside it).
     pub mem_stall: u32,
-    pub _mem_pad: u32,
+    /// Set when the page fault in progress went through the page cache
+    /// (`mm_filemap_fault`): its major fault, if any, read a file.
+    /// Cleared when the kernel counts the fault (minor or major).
+    pub file_fault: u32,
     pub mem_stall_ts: u64,
+    /// When the page fault in progress first slept uninterruptibly outside
+    /// any other memory stall (0: it has not, or a stall began since);
+    /// cleared with `file_fault`.
+    pub fault_sleep_ts: u64,
+    /// The fault's first such stretch that a stall interrupted (the
+    /// reclaim for a page it allocates): [start, end], 0 when none.
+    pub fault_wait_start: u64,
+    pub fault_wait_end: u64,
     pub acct: [u64; NUM_ACCOUNT],
 }
 

@@ -12,10 +12,10 @@ use aya_ebpf::{
     macros::{btf_tracepoint, fentry, fexit},
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
-use correlator_common::{MemStallKind, MemStallRecord, Total};
+use correlator_common::{MemStallKind, MemStallRecord, ThreadState, Total};
 
 use crate::{
-    helpers::{now, total_add},
+    helpers::{current_tgid, is_target_tgid, now, total_add},
     maps::MEM_STALLS,
     threads::thread,
 };
@@ -32,7 +32,18 @@ fn begin(kind: MemStallKind) {
     unsafe {
         if (*st).mem_stall == 0 {
             (*st).mem_stall = kind as u32;
-            (*st).mem_stall_ts = now();
+            let ts = now();
+            (*st).mem_stall_ts = ts;
+            // A page fault that already slept for its page: that stretch
+            // ends here (stalls never overlap), kept for the fault's end,
+            // which tells whether it was a swap-in (faults.rs).
+            if (*st).fault_sleep_ts != 0 {
+                if (*st).fault_wait_start == 0 {
+                    (*st).fault_wait_start = (*st).fault_sleep_ts;
+                    (*st).fault_wait_end = ts;
+                }
+                (*st).fault_sleep_ts = 0;
+            }
         }
     }
 }
@@ -51,25 +62,30 @@ fn end(kind: MemStallKind) {
             return;
         }
         (*st).mem_stall = 0;
-        let start = (*st).mem_stall_ts;
-        let ts = now();
-        if start == 0 || ts < start + config!(min_offcpu_record_ns) {
-            return;
+        submit(&*st, kind, (*st).mem_stall_ts, now());
+    }
+}
+
+/// Records a stall of `kind` in [start, end] when it is long enough to
+/// book (counted when the ring is full).
+#[inline(always)]
+pub(crate) fn submit(st: &ThreadState, kind: MemStallKind, start: u64, end: u64) {
+    if start == 0 || end < start + config!(min_offcpu_record_ns) {
+        return;
+    }
+    match MEM_STALLS.reserve::<MemStallRecord>(0) {
+        Some(mut entry) => {
+            entry.write(MemStallRecord {
+                tid: st.tid,
+                tgid: st.tgid,
+                kind: kind as u32,
+                _pad: 0,
+                start_ns: start,
+                end_ns: end,
+            });
+            entry.submit(BPF_RB_NO_WAKEUP as u64);
         }
-        match MEM_STALLS.reserve::<MemStallRecord>(0) {
-            Some(mut entry) => {
-                entry.write(MemStallRecord {
-                    tid: (*st).tid,
-                    tgid: (*st).tgid,
-                    kind: kind as u32,
-                    _pad: 0,
-                    start_ns: start,
-                    end_ns: ts,
-                });
-                entry.submit(BPF_RB_NO_WAKEUP as u64);
-            }
-            None => total_add(Total::MemStallsLost),
-        }
+        None => total_add(Total::MemStallsLost),
     }
 }
 
@@ -95,6 +111,20 @@ stall_tracepoints! {
     mm_vmscan_memcg_reclaim_begin, mm_vmscan_memcg_reclaim_end, MemStallKind::CgroupReclaim;
     mm_compaction_begin, mm_compaction_end, MemStallKind::Compaction;
     mmap_lock_start_locking, mmap_lock_acquire_returned, MemStallKind::MmapLock;
+}
+
+/// A page fault going through the page cache: its major fault, if it has
+/// one, reads a file, not swap (see `faults::page_fault_major`).
+#[btf_tracepoint]
+pub fn mm_filemap_fault(_ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 || !is_target_tgid(current_tgid()) {
+        return 0;
+    }
+    if let Some(st) = thread(bpf_get_current_pid_tgid() as u32) {
+        // SAFETY: map value, written by this thread's own programs.
+        unsafe { (*st).file_fault = 1 };
+    }
+    0
 }
 
 /// Over memory.high: reclaim, then the penalty sleep, on the way back to

@@ -268,6 +268,13 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     } else {
         wait_site(state.syscall, out.state)
     };
+    // A page fault's first sleep for its page, outside any other memory
+    // stall (reclaim for the page it allocates times itself): the start of
+    // a swap-in, if the fault turns out to be one (faults.rs).
+    if state.off_site == WaitSite::Fault as u32 && state.mem_stall == 0 && state.fault_sleep_ts == 0
+    {
+        state.fault_sleep_ts = ts;
+    }
     state.off_kind = kind as u32;
     state.off_ts = ts;
     state.wakeup_ts = 0;

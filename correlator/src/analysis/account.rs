@@ -122,14 +122,16 @@ pub struct TimeAccount {
     #[serde(default)]
     pub waker_meanwhile_ns: u64,
     /// Stalled in memory management (direct reclaim, reclaim in the memory
-    /// cgroup, compaction, memory.high handling, mmap_lock waits), on or
-    /// off the CPU, from the kernel's own begin/end events: taken out of
-    /// the categories that time would otherwise be in. The kind with most
-    /// of it.
+    /// cgroup, compaction, memory.high handling, mmap_lock waits,
+    /// swap-ins), on or off the CPU, from the kernel's own events: taken
+    /// out of the categories that time would otherwise be in. The kind
+    /// with most of it, and the time of each kind, most first.
     #[serde(default)]
     pub memory_stall_ns: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_stall: Option<StallKind>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_stall_kinds: Vec<(StallKind, u64)>,
     /// Waiting for work or input (epoll, accept, a socket read) while an
     /// exchange with an upstream was in flight (sent, its reply not yet
     /// there): waiting for the upstream, not idle. The upstream most of
@@ -744,6 +746,9 @@ impl<'a> Accounts<'a> {
         // syscall's own work when from a syscall; taken from those first,
         // then from user time (a stall the samples placed there).
         let memory: f64 = s.mem_by_kind.values().sum();
+        let mut kinds: Vec<(StallKind, u64)> =
+            s.mem_by_kind.iter().map(|(&k, &t)| (k, t as u64)).collect();
+        kinds.sort_by_key(|&(k, t)| (std::cmp::Reverse(t), k));
         let mut stall_on = (memory - s.mem_off).max(0.0);
         let mut take = |v: f64| {
             let t = v.min(stall_on);
@@ -796,11 +801,8 @@ impl<'a> Accounts<'a> {
             waker_meanwhile: None,
             waker_meanwhile_ns: 0,
             memory_stall_ns: memory as u64,
-            memory_stall: s
-                .mem_by_kind
-                .iter()
-                .max_by(|a, b| a.1.total_cmp(b.1))
-                .map(|(k, _)| *k),
+            memory_stall: kinds.first().map(|&(k, _)| k),
+            memory_stall_kinds: kinds,
             upstream_ns: s.upstream as u64,
             upstream: top(&s.by_upstream),
             upstream_reply_ns: s.upstream_reply,

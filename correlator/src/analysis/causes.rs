@@ -511,18 +511,27 @@ fn evidence(
         CauseKind::MemoryStall => {
             let mut by: std::collections::BTreeMap<_, u64> = Default::default();
             for e in episodes {
-                if let Some(k) = e.account.memory_stall {
-                    *by.entry(k).or_default() += e.account.memory_stall_ns;
+                for &(k, t) in &e.account.memory_stall_kinds {
+                    *by.entry(k).or_default() += t;
                 }
             }
-            let kind = by
-                .into_iter()
-                .max_by_key(|(_, t)| *t)
-                .map(|(k, _)| k.describe().to_string());
+            let mut by: Vec<_> = by.into_iter().filter(|&(_, t)| t > 0).collect();
+            by.sort_by_key(|&(k, t)| (std::cmp::Reverse(t), k));
+            let kind = by.first().map(|(k, _)| k.describe().to_string());
+            // Each kind with its time (at most three): reclaim at a cgroup
+            // limit comes with the swap-ins it causes.
+            let named: Vec<String> = by
+                .iter()
+                .take(3)
+                .map(|&(k, t)| format!("{} {}", k.describe(), ms(t as f64)))
+                .collect();
             let text = format!(
                 "{thread} stalled in memory management{}: {base}",
-                kind.as_deref()
-                    .map_or(String::new(), |k| format!(", mostly {k}"))
+                if named.is_empty() {
+                    String::new()
+                } else {
+                    format!(", mostly {}", named.join(", then "))
+                }
             );
             (text, kind)
         }

@@ -156,7 +156,7 @@ pub(super) fn attach_all(
 /// The memory-stall tracepoints (each program is named after its
 /// tracepoint). Each is optional, as is the memory.high function: a kernel
 /// without one times the others, and the run says which were missing.
-const MEMORY_TRACEPOINTS: [&str; 8] = [
+const MEMORY_TRACEPOINTS: [&str; 9] = [
     "mm_vmscan_direct_reclaim_begin",
     "mm_vmscan_direct_reclaim_end",
     "mm_vmscan_memcg_reclaim_begin",
@@ -165,6 +165,9 @@ const MEMORY_TRACEPOINTS: [&str; 8] = [
     "mm_compaction_end",
     "mmap_lock_start_locking",
     "mmap_lock_acquire_returned",
+    // Not a stall: marks a fault that reads a file, so that a major fault
+    // without it is timed as a swap-in.
+    "mm_filemap_fault",
 ];
 
 /// Attaches the memory-stall programs this kernel allows; returns the

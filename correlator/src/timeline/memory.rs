@@ -17,6 +17,7 @@ pub enum StallKind {
     Compaction,
     MemoryHigh,
     MmapLock,
+    SwapIn,
 }
 
 impl StallKind {
@@ -30,6 +31,7 @@ impl StallKind {
             }
             StallKind::MemoryHigh => "over its cgroup's memory.high (reclaim and penalty sleep)",
             StallKind::MmapLock => "waiting for the process's mmap_lock",
+            StallKind::SwapIn => "swap-in (major faults reading its memory back from swap)",
         }
     }
 
@@ -40,6 +42,7 @@ impl StallKind {
             k if k == MemStallKind::Compaction as u32 => StallKind::Compaction,
             k if k == MemStallKind::MemoryHigh as u32 => StallKind::MemoryHigh,
             k if k == MemStallKind::MmapLock as u32 => StallKind::MmapLock,
+            k if k == MemStallKind::SwapIn as u32 => StallKind::SwapIn,
             _ => return None,
         })
     }

@@ -184,3 +184,94 @@ live_test! {
         }
     }
 }
+
+live_test! {
+    /// The pathserver's serving thread writes 12 MiB of its own memory
+    /// (`swap_in_burst`) at random times (mean 500 ms), in a memory cgroup
+    /// limited to 8 MiB with a swap file on: each burst reads back from
+    /// swap what the last pushed out. The report names a memory stall with
+    /// its swap-ins (beside the cgroup's reclaim, which takes longer: it
+    /// writes to swap), the fault sleeps mostly named swap-in rather than
+    /// left to major_faults (a file's), and per episode the stall and
+    /// fault time comes to at least the helper's own burst time less 10% +
+    /// 1 ms and what IRQs, waiting for the CPU and the host took from it.
+    fn an_anonymous_page_read_back_from_swap_is_a_swap_in() {
+        let _swap = SwapFile::on(512);
+        let limit = MemoryLimit::new("correlator-swap-in", 8 << 20);
+        let dir = scratch("memory-swap-in");
+        let events = dir.join("events.jsonl");
+        let (server, addr) = helper_server(
+            "pathserver",
+            &["--path", "swap-in", "--every", "500ms", "--mib", "12", "--start-after", "1s",
+              "--events", events.to_str().expect("path")],
+        );
+        limit.add(server.0.id());
+        server.pin_all("1");
+        let majors_before = memory_stat(&limit, "pgmajfault");
+        let report = run_report(server.0.id(), &format!("tcp://{addr}"), 1000, "10s", &dir, &[]);
+        let majors = memory_stat(&limit, "pgmajfault") - majors_before;
+        drop(server);
+        let bursts: Vec<(u64, u64)> = std::fs::read_to_string(&events)
+            .expect("events")
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("event json"))
+            .filter(|v| v["function"] == "swap_in_burst")
+            .map(|v| (v["start_ns"].as_u64().expect("start"), v["end_ns"].as_u64().expect("end")))
+            .collect();
+        eprintln!("{} bursts, {majors} major faults in the cgroup ({})", bursts.len(), limit.version);
+        assert!(bursts.len() >= 10, "{} bursts in 10 s", bursts.len());
+        assert!(majors > 1000, "only {majors} major faults: the memory did not go to swap");
+
+        let c = &report["classification"];
+        let top = top_server_cause(c);
+        assert_eq!(top["cause"], "memory_stall", "{c:#}");
+        let evidence = top["evidence"].as_str().expect("evidence");
+        assert!(evidence.contains("swap-in"), "swap-in is not named: {evidence}");
+        // The fault sleeps are named swap-ins, not left to major_faults (a
+        // file's): by the report's own account, summed over the episodes.
+        let episodes = report["episodes"].as_array().expect("episodes");
+        let sum = |f: &dyn Fn(&Value) -> u64| episodes.iter().map(|e| f(&e["account"])).sum::<u64>();
+        let swap_in = sum(&|a| {
+            a["memory_stall_kinds"].as_array().map_or(0, |k| {
+                k.iter()
+                    .filter(|k| k[0] == "swap_in")
+                    .map(|k| k[1].as_u64().expect("ns"))
+                    .sum()
+            })
+        });
+        let fault_sleep = sum(&|a| a["blocked_fault_ns"].as_u64().unwrap_or(0));
+        eprintln!("swap-in {:.1} ms, fault sleeps left {:.1} ms", swap_in as f64 / 1e6, fault_sleep as f64 / 1e6);
+        assert!(swap_in > 2 * fault_sleep, "swap-in {swap_in} ns, fault sleeps not named {fault_sleep} ns");
+        let mut checked = 0;
+        for e in episodes {
+            let (a, b) = (e["start_ns"].as_u64().expect("start"), e["end_ns"].as_u64().expect("end"));
+            let truth: u64 =
+                bursts.iter().map(|&(s, t)| t.min(b).saturating_sub(s.max(a))).sum();
+            if truth < 5_000_000 {
+                continue;
+            }
+            let a_ = &e["account"];
+            let ns = |k: &str| a_[k].as_u64().unwrap_or(0);
+            // The burst is memory management: stalls (reclaim, swap-in),
+            // fault handling on the CPU (sampled) and fault sleeps.
+            // What else takes a thread's time in a burst: IRQs on its CPU,
+            // waiting for the CPU, the host.
+            let memory = ns("memory_stall_ns") + ns("fault_ns") + ns("blocked_fault_ns");
+            let other = ns("hardirq_ns") + ns("softirq_ns") + ns("runnable_ns") + ns("steal_ns")
+                + ns("timer_silence_ns");
+            let slack = 0.1 * truth as f64 + 1e6;
+            // No upper bound from the burst: at its limit the cgroup also
+            // reclaims for whatever else the thread allocates (a reply's
+            // buffers), outside the burst, and that is a memory stall too.
+            assert!(
+                memory as f64 + other as f64 >= truth as f64 - slack,
+                "episode at {a}: memory stall {:.2} ms and faults {:.2} ms, the helper's burst {:.2} ms",
+                ns("memory_stall_ns") as f64 / 1e6,
+                (ns("fault_ns") + ns("blocked_fault_ns")) as f64 / 1e6,
+                truth as f64 / 1e6
+            );
+            checked += 1;
+        }
+        assert!(checked >= 8, "only {checked} episodes held a burst of 5 ms or more");
+    }
+}

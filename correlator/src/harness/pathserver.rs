@@ -15,7 +15,12 @@
 //!   thread holds;
 //! - `mmap-lock`: `map_page()`, an mmap and munmap of one page, which
 //!   waits for the process's mmap_lock while the trigger thread maps
-//!   `--mib` MiB with MAP_POPULATE and unmaps them (a memory stall).
+//!   `--mib` MiB with MAP_POPULATE and unmaps them (a memory stall);
+//! - `swap-in`: `swap_in_burst()`, writing every page of `--mib` MiB of
+//!   anonymous memory. Run in a memory cgroup whose limit is below that
+//!   (the test sets it) with swap on, each burst reads back from swap the
+//!   pages the previous one pushed out (a memory stall: swap-ins, and the
+//!   reclaim that makes room for them).
 //!
 //! Each function does its kernel work itself (the faults, or the futex
 //! syscall by inline assembly): a libc wrapper built without frame pointers
@@ -60,6 +65,7 @@ pub enum PathKind {
     Stall,
     Lock,
     MmapLock,
+    SwapIn,
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -94,7 +100,7 @@ struct State {
     pending: AtomicBool,
     /// `lock`: 1 while the trigger holds it.
     lock: AtomicU32,
-    /// `fault`: the memory `fault_burst` writes.
+    /// `fault`, `swap-in`: the memory the burst writes.
     region: Option<Region>,
     events: Mutex<std::fs::File>,
 }
@@ -160,6 +166,12 @@ impl State {
 /// fault per page, on the request path.
 #[inline(never)]
 fn fault_burst(region: &Region) {
+    std::hint::black_box(region.touch(true));
+}
+
+/// Writes every page of memory the cgroup's limit keeps partly in swap.
+#[inline(never)]
+fn swap_in_burst(region: &Region) {
     std::hint::black_box(region.touch(true));
 }
 
@@ -281,6 +293,12 @@ fn handle_request(state: &State) {
             map_page();
             "map_page"
         }
+        PathKind::SwapIn => {
+            if let Some(region) = &state.region {
+                swap_in_burst(region);
+            }
+            "swap_in_burst"
+        }
     };
     state.log(name, &start);
 }
@@ -331,7 +349,7 @@ fn trigger(state: &State) {
                 }
                 state.pending.store(true, Ordering::Relaxed);
             }
-            PathKind::Stall => state.pending.store(true, Ordering::Relaxed),
+            PathKind::Stall | PathKind::SwapIn => state.pending.store(true, Ordering::Relaxed),
             PathKind::MmapLock => {
                 let held = CallStart::now();
                 state.pending.store(true, Ordering::Relaxed);
@@ -354,6 +372,12 @@ pub fn run(args: &PathServerArgs) -> Result<()> {
                 let region = Region::anonymous(args.mib << 20).context("cannot map memory")?;
                 region.touch(true);
                 Some(region)
+            }
+            // Touched first by the first burst: in the cgroup the test has
+            // moved it to by then (`--start-after`), which is charged for
+            // it (a move does not carry charges along).
+            PathKind::SwapIn => {
+                Some(Region::anonymous(args.mib << 20).context("cannot map memory")?)
             }
             _ => None,
         },

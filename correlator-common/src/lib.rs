@@ -192,10 +192,13 @@ pub enum Total {
     UpstreamsLost = NUM_COUNTERS as u32 + 14,
     /// Memory stall records lost to their full ring buffer.
     MemStallsLost = NUM_COUNTERS as u32 + 15,
+    /// Cross-CPU calls to a target thread's CPU whose sender found the
+    /// sender table ([`IPI_SENDER_SLOTS`]) full.
+    IpiSendersLost = NUM_COUNTERS as u32 + 16,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 16;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 17;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -679,7 +682,26 @@ pub struct Config {
     pub skc_dport_offset: u64,
     pub skc_daddr_offset: u64,
     pub skc_v6_daddr_offset: u64,
+    /// The kernel's `flush_tlb_func` (from /proc/kallsyms; 0: unknown): a
+    /// cross-CPU call of it is a TLB shootdown.
+    pub tlb_flush_func: u64,
 }
+
+/// Cross-CPU function calls (IPIs) one thread queued to a CPU while a
+/// target thread ran there (`csd:csd_queue_cpu`), by sender tid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IpiSender {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub comm: [u8; 16],
+    pub calls: u64,
+    /// Of them, TLB shootdowns (the function is `flush_tlb_func`).
+    pub tlb_shootdowns: u64,
+}
+
+/// Senders the kernel side keeps (more are counted in `Total::IpiSendersLost`).
+pub const IPI_SENDER_SLOTS: u32 = 1024;
 
 /// Slots of the direct-mapped thread table (`tid % THREAD_SLOTS`).
 ///
@@ -850,6 +872,7 @@ mod pod {
     unsafe impl aya::Pod for super::MemStallRecord {}
     unsafe impl aya::Pod for super::UpstreamState {}
     unsafe impl aya::Pod for super::ConnState {}
+    unsafe impl aya::Pod for super::IpiSender {}
     unsafe impl aya::Pod for super::CallState {}
     unsafe impl aya::Pod for super::SyscallTotal {}
     unsafe impl aya::Pod for super::SyscallRecord {}

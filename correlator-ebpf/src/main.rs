@@ -54,6 +54,7 @@ macro_rules! config {
 mod account;
 mod faults;
 mod helpers;
+mod ipi;
 mod irq;
 mod locks;
 mod maps;

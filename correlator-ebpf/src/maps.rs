@@ -8,9 +8,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, SPIN_CPUS, STACK_DEPTH,
-    STACK_OVERFLOW_SLOTS, STACK_SLOTS, SYSCALL_SLOTS, SyscallTotal, THREAD_SLOTS, ThreadState,
-    UpstreamState,
+    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, IPI_SENDER_SLOTS, IpiSender,
+    SPIN_CPUS, STACK_DEPTH, STACK_OVERFLOW_SLOTS, STACK_SLOTS, SYSCALL_SLOTS, SyscallTotal,
+    THREAD_SLOTS, ThreadState, UpstreamState,
 };
 
 #[unsafe(no_mangle)]
@@ -43,6 +43,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     skc_dport_offset: 12,
     skc_daddr_offset: 0,
     skc_v6_daddr_offset: 56,
+    tlb_flush_func: 0,
 });
 
 /// Ring of time buckets, per CPU.
@@ -96,6 +97,12 @@ pub(crate) static LISTEN_PORTS: HashMap<u16, u8> = HashMap::with_max_entries(256
 #[map]
 pub(crate) static UPSTREAM_CONNS: LruHashMap<u64, UpstreamState> =
     LruHashMap::with_max_entries(16384, 0);
+
+/// Cross-CPU calls queued to a target thread's CPU, by sender tid
+/// ([`correlator_common::IpiSender`]).
+#[map]
+pub(crate) static IPI_SENDERS: HashMap<u32, IpiSender> =
+    HashMap::with_max_entries(IPI_SENDER_SLOTS, 0);
 
 /// Memory stall records ([`correlator_common::MemStallRecord`]).
 #[map]

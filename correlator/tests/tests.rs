@@ -50,6 +50,7 @@ mod confirm_live;
 mod demo_live;
 mod experiment_live;
 mod families_live;
+mod ipi_live;
 mod loadgen;
 mod memory_live;
 mod merge_cli;

@@ -86,7 +86,7 @@ pub struct Ranking {
     pub not_significant: Vec<String>,
 }
 
-fn pct(x: f64) -> String {
+pub(super) fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
 }
 

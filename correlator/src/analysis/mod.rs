@@ -263,6 +263,18 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
             c.evidence.push_str(&format!("; {}", cg.describe()));
         }
     }
+    // Call-function IPIs are read beside who sent them.
+    let ipis = cause_kind::irq_source(episodes.iter(), CauseKind::Hardirq)
+        .is_some_and(|(label, _)| label.contains("call-function"));
+    if let Some(note) = ipis.then(|| ipi_senders_note(&run.ipi_senders)).flatten() {
+        for c in classification
+            .causes
+            .iter_mut()
+            .filter(|c| c.cause == CauseKind::Hardirq)
+        {
+            c.evidence.push_str(&format!("; {note}"));
+        }
+    }
     let code_paths = paths::PathIndex::new(run, &threads).map(|index| {
         paths::attach(
             &index,
@@ -279,6 +291,27 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         families,
         code_paths,
     }
+}
+
+/// Who sent the cross-CPU calls to the server's CPU over the run (the
+/// kernel counts them by sender, not by episode): the top sender's share,
+/// and how many of its calls were TLB shootdowns.
+fn ipi_senders_note(senders: &[crate::timeline::ipis::IpiSender]) -> Option<String> {
+    let top = senders.first()?;
+    let all: u64 = senders.iter().map(|s| s.calls).sum();
+    let tlb = if top.tlb_shootdowns > 0 {
+        format!(
+            ", {} of them TLB shootdowns (it unmapped or changed the protection of memory the server's threads share)",
+            causes::pct(top.tlb_shootdowns as f64 / top.calls.max(1) as f64)
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "over the run {all} cross-CPU calls were queued to the server's CPU while it ran, {} by {}{tlb}",
+        causes::pct(top.calls as f64 / all.max(1) as f64),
+        top.name()
+    ))
 }
 
 /// The headline signature is the signature of the server family that

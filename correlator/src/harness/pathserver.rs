@@ -20,7 +20,12 @@
 //!   anonymous memory. Run in a memory cgroup whose limit is below that
 //!   (the test sets it) with swap on, each burst reads back from swap the
 //!   pages the previous one pushed out (a memory stall: swap-ins, and the
-//!   reclaim that makes room for them).
+//!   reclaim that makes room for them);
+//! - `tlb-storm`: `interrupted_work()`, a fixed amount of computing, while
+//!   the trigger thread (pin it to another CPU) maps, writes and unmaps one
+//!   page in a loop for `--hold` (`tlb_storm` in the event log): each unmap
+//!   sends a TLB shootdown to the serving thread's CPU, whose call-function
+//!   interrupts stretch the work.
 //!
 //! Each function does its kernel work itself (the faults, or the futex
 //! syscall by inline assembly): a libc wrapper built without frame pointers
@@ -66,6 +71,7 @@ pub enum PathKind {
     Lock,
     MmapLock,
     SwapIn,
+    TlbStorm,
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -238,6 +244,41 @@ fn map_populate_unmap(mib: usize) {
     }
 }
 
+/// A fixed amount of computing (about 5 ms on this machine's CPUs when
+/// nothing interrupts it): time taken from it stretches it.
+#[inline(never)]
+fn interrupted_work() {
+    let mut x = 0u64;
+    for _ in 0..5_000_000u64 {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    std::hint::black_box(x);
+}
+
+/// The trigger's side of `tlb-storm`: one page mapped, written (so the
+/// unmap has a page table entry to shoot down) and unmapped.
+fn map_touch_unmap() {
+    // SAFETY: a fresh private anonymous page, written within its bounds and
+    // unmapped before return.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p != libc::MAP_FAILED {
+            p.cast::<u8>().write_volatile(1);
+            libc::munmap(p, 4096);
+        }
+    }
+}
+
+/// The event log's name for the trigger's storms (`tlb-storm` mode).
+pub const TLB_STORM: &str = "tlb_storm";
+
 /// The event log's name for the trigger's map-populate-unmap
 /// (`mmap-lock` mode).
 pub const HOLD_MMAP: &str = "hold_mmap_lock";
@@ -299,6 +340,10 @@ fn handle_request(state: &State) {
             }
             "swap_in_burst"
         }
+        PathKind::TlbStorm => {
+            interrupted_work();
+            "interrupted_work"
+        }
     };
     state.log(name, &start);
 }
@@ -355,6 +400,17 @@ fn trigger(state: &State) {
                 state.pending.store(true, Ordering::Relaxed);
                 map_populate_unmap(state.args.mib);
                 state.log(HOLD_MMAP, &held);
+            }
+            PathKind::TlbStorm => {
+                let storm = CallStart::now();
+                state.pending.store(true, Ordering::Relaxed);
+                let end = std::time::Instant::now() + state.args.hold;
+                while std::time::Instant::now() < end {
+                    for _ in 0..64 {
+                        map_touch_unmap();
+                    }
+                }
+                state.log(TLB_STORM, &storm);
             }
         }
     }

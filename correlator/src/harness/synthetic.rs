@@ -156,6 +156,7 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         upstreams: Vec::new(),
         memory_stalls: Vec::new(),
         memory_cgroup: None,
+        ipi_senders: Vec::new(),
         clocks: None,
         syscalls: Vec::new(),
         syscall_totals: BTreeMap::new(),

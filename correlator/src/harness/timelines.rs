@@ -430,6 +430,7 @@ impl Synth {
             upstreams: Vec::new(),
             memory_stalls: self.memory_stalls,
             memory_cgroup: None,
+            ipi_senders: Vec::new(),
             clocks: None,
         };
         let lat = LatencyCapture {

@@ -202,6 +202,23 @@ pub(super) fn attach_memory(ebpf: &mut Ebpf, btf: &aya::Btf) -> Vec<String> {
     missing
 }
 
+/// Counts who queues cross-CPU calls to the target's CPUs; a kernel
+/// without the `csd` tracepoints only loses the senders' names.
+pub(super) fn attach_ipi_senders(ebpf: &mut Ebpf) {
+    let attached = (|| -> Result<()> {
+        let program: &mut aya::programs::TracePoint = ebpf
+            .program_mut("csd_queue_cpu")
+            .context("program csd_queue_cpu missing from the eBPF object")?
+            .try_into()?;
+        program.load().map_err(|e| refused("csd_queue_cpu", &e))?;
+        program.attach("csd", "csd_queue_cpu")?;
+        Ok(())
+    })();
+    if let Err(e) = attached {
+        log::info!("IPI senders not counted: {e:#}");
+    }
+}
+
 /// The kernel's BTF as aya parses it (several MB: read once per attach).
 pub(super) fn kernel_btf() -> Result<aya::Btf> {
     aya::Btf::from_sys_fs().context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")

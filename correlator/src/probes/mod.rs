@@ -164,6 +164,7 @@ pub struct Probes {
     samples: RingBuf<MapData>,
     upstreams: RingBuf<MapData>,
     mem_stalls: RingBuf<MapData>,
+    ipi_senders: aya::maps::HashMap<MapData, u32, correlator_common::IpiSender>,
     /// Memory-stall events this kernel would not let the programs time.
     memory_missing: Vec<String>,
     stacks: StackTraceMap<MapData>,
@@ -276,6 +277,7 @@ impl Probes {
             skc_v6_daddr_offset: kernel_btf
                 .member_offset("sock_common", "skc_v6_daddr")?
                 .into(),
+            tlb_flush_func: crate::timeline::ipis::tlb_flush_func(),
         };
         let mut config = config;
         // Steal at ns resolution, reached from the task's run queue; kernels
@@ -363,6 +365,7 @@ impl Probes {
             locks,
         )?;
         let memory_missing = attach_memory(&mut ebpf, &aya_btf);
+        attach::attach_ipi_senders(&mut ebpf);
         if upstreams {
             // Borrowed, not taken: the programs load after this and need
             // the map's descriptor.
@@ -406,6 +409,7 @@ impl Probes {
             samples: take_map(&mut ebpf, "SAMPLES")?,
             upstreams: take_map(&mut ebpf, "UPSTREAMS")?,
             mem_stalls: take_map(&mut ebpf, "MEM_STALLS")?,
+            ipi_senders: take_map(&mut ebpf, "IPI_SENDERS")?,
             memory_missing,
             stacks: take_map(&mut ebpf, "STACKS")?,
             stacks_overflow: take_map(&mut ebpf, "STACKS_OVERFLOW")?,
@@ -623,11 +627,24 @@ impl Probes {
         self.drain_buckets(end, timeline)?;
         self.drain_records(timeline);
         self.drain_requests(on_request);
+        timeline.set_ipi_senders(self.read_ipi_senders());
         Ok(Finished {
             programs,
             kernel: self.read_totals()?,
             stacks: self.raw_stacks(timeline),
         })
+    }
+
+    /// Who sent cross-CPU calls to the target's CPUs, most first.
+    fn read_ipi_senders(&self) -> Vec<crate::timeline::ipis::IpiSender> {
+        let mut senders: Vec<_> = self
+            .ipi_senders
+            .iter()
+            .flatten()
+            .map(|(tid, s)| crate::timeline::ipis::IpiSender::from_kernel(tid, &s))
+            .collect();
+        senders.sort_by_key(|s| (std::cmp::Reverse(s.calls), s.tid));
+        senders
     }
 
     /// The kernel side's totals so far (never reset), summed over CPUs.
@@ -663,6 +680,7 @@ impl Probes {
         totals.syscall_records_lost = sum[Total::SyscallRecordsLost as usize];
         totals.upstreams_lost = sum[Total::UpstreamsLost as usize];
         totals.mem_stalls_lost = sum[Total::MemStallsLost as usize];
+        totals.ipi_senders_lost = sum[Total::IpiSendersLost as usize];
         totals.samples = sum[Total::Samples as usize];
         totals.stack_collisions = sum[Total::StackCollisions as usize];
         totals.stack_errors = sum[Total::StackErrors as usize];

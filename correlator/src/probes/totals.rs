@@ -34,6 +34,8 @@ pub struct KernelTotals {
     pub upstreams_lost: u64,
     /// Memory stall records lost to their full ring.
     pub mem_stalls_lost: u64,
+    /// Cross-CPU calls whose sender the full sender table could not keep.
+    pub ipi_senders_lost: u64,
     /// On-CPU samples taken of target threads.
     pub samples: u64,
     /// `--stacks`: stacks not stored (their slot held another stack),
@@ -79,6 +81,7 @@ impl KernelTotals {
         d.accounts_lost = d.accounts_lost.saturating_sub(earlier.accounts_lost);
         d.upstreams_lost = d.upstreams_lost.saturating_sub(earlier.upstreams_lost);
         d.mem_stalls_lost = d.mem_stalls_lost.saturating_sub(earlier.mem_stalls_lost);
+        d.ipi_senders_lost = d.ipi_senders_lost.saturating_sub(earlier.ipi_senders_lost);
         d.syscall_records_lost = d
             .syscall_records_lost
             .saturating_sub(earlier.syscall_records_lost);
@@ -113,6 +116,7 @@ impl KernelTotals {
             + self.sample_records_lost
             + self.upstreams_lost
             + self.mem_stalls_lost
+            + self.ipi_senders_lost
     }
 
     /// Per-IRQ-kind counts with their names.

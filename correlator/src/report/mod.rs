@@ -78,6 +78,10 @@ pub struct Report {
     /// times inside and outside the episodes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstreams: Vec<crate::analysis::upstreams::UpstreamSummary>,
+    /// Threads that queued cross-CPU calls (IPIs) to the CPU a target thread
+    /// ran on, over the run, most first (TLB shootdowns counted apart).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ipi_senders: Vec<crate::timeline::ipis::IpiSender>,
     /// Episode families, by impact on the chosen percentile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub families: Vec<crate::analysis::families::Family>,
@@ -251,6 +255,7 @@ impl Report {
                 .filter(|s| s.latency.source != latency.source)
                 .map(|s| ServerSide::build(s, latency, &episodes)),
             upstreams: analysis::upstreams::summarize(&run.upstreams, &episodes),
+            ipi_senders: run.ipi_senders.clone(),
             latency: latency_report,
             events: run.totals.clone(),
             losses: run.losses.clone(),

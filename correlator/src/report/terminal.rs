@@ -157,6 +157,9 @@ pub fn render(r: &Report) -> String {
     for u in r.upstreams.iter().take(3) {
         let _ = writeln!(out, "{}", upstream_line(u));
     }
+    if let Some(line) = ipi_line(&r.ipi_senders) {
+        let _ = writeln!(out, "{line}");
+    }
     let e = &r.events;
     let _ = writeln!(
         out,
@@ -205,6 +208,31 @@ pub fn render(r: &Report) -> String {
 }
 
 /// One upstream's reply times, inside the episodes and outside them.
+/// Who sent cross-CPU calls to the server's CPU: the top two senders
+/// (shown from 100 calls: a few are every process's background).
+fn ipi_line(senders: &[crate::timeline::ipis::IpiSender]) -> Option<String> {
+    let all: u64 = senders.iter().map(|s| s.calls).sum();
+    if all < 100 {
+        return None;
+    }
+    let named: Vec<String> = senders
+        .iter()
+        .take(2)
+        .map(|s| {
+            let tlb = if s.tlb_shootdowns > 0 {
+                format!(", {} TLB shootdowns", s.tlb_shootdowns)
+            } else {
+                String::new()
+            };
+            format!("{} {} calls{tlb}", s.name(), s.calls)
+        })
+        .collect();
+    Some(format!(
+        "IPIS       {all} cross-CPU calls queued to the server's CPU while it ran: {}",
+        named.join("; ")
+    ))
+}
+
 fn upstream_line(u: &crate::analysis::upstreams::UpstreamSummary) -> String {
     let ms = |ns: u64| format!("{:.2}ms", ns as f64 / 1e6);
     let inside = if u.in_episodes > 0 {

@@ -216,6 +216,7 @@ pub fn recover(start: Start, deltas: Vec<Delta>, torn_bytes: usize) -> RunFile {
         upstreams: Vec::new(),
         memory_stalls: Vec::new(),
         memory_cgroup: None,
+        ipi_senders: Vec::new(),
         clocks: None,
     };
     let frames = deltas.len();

@@ -144,6 +144,9 @@ pub struct Losses {
     /// Memory stall records the kernel could not record.
     #[serde(default)]
     pub mem_stalls_lost: u64,
+    /// Cross-CPU calls whose sender the kernel could not keep.
+    #[serde(default)]
+    pub ipi_senders_lost: u64,
     /// `--stacks`: sample records lost to their full ring buffer; stacks
     /// not stored because other stacks held their slot in both stack maps;
     /// stacks referenced but gone from the map when read.
@@ -169,6 +172,7 @@ impl Losses {
             + self.syscall_records_lost
             + self.upstreams_lost
             + self.mem_stalls_lost
+            + self.ipi_senders_lost
             + self.sample_records_lost
             + self.stack_collisions
             + self.stacks_missing
@@ -333,6 +337,10 @@ pub struct RunFile {
     /// run (None: not found).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_cgroup: Option<crate::timeline::memory::MemoryCgroup>,
+    /// Threads that sent cross-CPU calls (IPIs) to a CPU while a target
+    /// thread ran there, over the run, most first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ipi_senders: Vec<crate::timeline::ipis::IpiSender>,
     /// The run's clock (CLOCK_MONOTONIC) against BOOTTIME and wall time,
     /// read at the end of recording (absent in older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -457,6 +465,7 @@ impl RunFile {
             syscall_records_lost: c.kernel.syscall_records_lost,
             upstreams_lost: c.kernel.upstreams_lost,
             mem_stalls_lost: c.kernel.mem_stalls_lost,
+            ipi_senders_lost: c.kernel.ipi_senders_lost,
             sample_records_lost: c.kernel.sample_records_lost,
             stack_collisions: c.kernel.stack_collisions,
             stacks_missing: c.stacks.missing,
@@ -540,6 +549,7 @@ impl RunFile {
             upstreams: c.timeline.upstreams().to_vec(),
             memory_stalls: c.timeline.mem_stalls().to_vec(),
             memory_cgroup,
+            ipi_senders: c.timeline.ipi_senders().to_vec(),
             clocks: Some(crate::clock::ClockSnapshot::now()),
         }
     }

@@ -7,6 +7,7 @@
 //! are counted, never silently dropped.
 
 pub mod columns;
+pub mod ipis;
 pub mod memory;
 pub mod stacks;
 pub mod steal;
@@ -361,6 +362,7 @@ pub struct Timeline {
     samples: Vec<stacks::Sample>,
     upstreams: Vec<upstreams::UpstreamExchange>,
     mem_stalls: Vec<memory::MemStall>,
+    ipi_senders: Vec<ipis::IpiSender>,
     max_records: usize,
     records_over_cap: u64,
     /// Buckets changed since [`Timeline::take_touched`] last ran, when a
@@ -380,6 +382,7 @@ impl Timeline {
             samples: Vec::new(),
             upstreams: Vec::new(),
             mem_stalls: Vec::new(),
+            ipi_senders: Vec::new(),
             max_records,
             records_over_cap: 0,
             touched: None,
@@ -488,6 +491,16 @@ impl Timeline {
 
     pub fn mem_stalls(&self) -> &[memory::MemStall] {
         &self.mem_stalls
+    }
+
+    /// Who sent cross-CPU calls to the target's CPUs over the run (read at
+    /// its end).
+    pub fn ipi_senders(&self) -> &[ipis::IpiSender] {
+        &self.ipi_senders
+    }
+
+    pub fn set_ipi_senders(&mut self, senders: Vec<ipis::IpiSender>) {
+        self.ipi_senders = senders;
     }
 
     pub fn upstreams(&self) -> &[upstreams::UpstreamExchange] {

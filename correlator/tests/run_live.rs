@@ -7,7 +7,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use crate::util::{BIN, Proc, demo_server, scratch};
+use crate::util::{BIN, Proc, demo_server, run_report, scratch};
 use serde_json::Value;
 
 fn run(pid: u32, addr: &str, out: &Path, extra: &[&str]) -> Value {
@@ -133,5 +133,40 @@ live_test! {
                 .contains("demo-hog"),
             "{c}"
         );
+    }
+}
+
+live_test! {
+    /// The clean baseline with a late-sending client: the demo server (no
+    /// scenario) alone on CPU 1, the load generator on CPU 0 beside a CPU
+    /// hog at nice -20 in bursts of 20-60 ms (pauses of 150-700 ms), so its
+    /// pacer sends late. The delay came before the server: the report
+    /// counts the late sends and claims no server cause.
+    fn a_late_sending_client_is_not_blamed_on_the_server() {
+        let (server, addr) = demo_server(&["--scenario", "none", "--cpu", "1"]);
+        let hog = Proc(
+            Command::new(BIN)
+                .args(["demo-hog", "--cpu", "0", "--nice", "-20"])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("hog"),
+        );
+        let dir = scratch("late-client");
+        let report = run_report(
+            server.0.id(),
+            &format!("tcp://{addr}"),
+            2000,
+            "10s",
+            &dir,
+            &["--load-cpus".as_ref(), "0".as_ref()],
+        );
+        drop(hog);
+        drop(server);
+        let late = report["latency"]["late_sends"].as_u64().expect("late_sends");
+        assert!(late >= 20, "only {late} late sends: the hog did not starve the generator");
+        let c = &report["classification"];
+        for cause in c["causes"].as_array().expect("causes") {
+            assert_eq!(cause["environment"], true, "a server cause claimed: {c:#}");
+        }
     }
 }

@@ -205,8 +205,14 @@ fn wait_for_lock(lock: &AtomicU32) {
 /// mmap_lock for writing.
 #[inline(never)]
 fn map_page() {
-    // SAFETY: a fresh private anonymous mapping, unmapped before return
-    // and never dereferenced.
+    one_page(false);
+}
+
+/// Maps one anonymous page, writes it if `touch` (so that the unmap has a
+/// page table entry to shoot down on the other CPUs), and unmaps it.
+fn one_page(touch: bool) {
+    // SAFETY: a fresh private anonymous page, written within its bounds
+    // and unmapped before return.
     unsafe {
         let p = libc::mmap(
             std::ptr::null_mut(),
@@ -217,6 +223,9 @@ fn map_page() {
             0,
         );
         if p != libc::MAP_FAILED {
+            if touch {
+                p.cast::<u8>().write_volatile(1);
+            }
             libc::munmap(p, 4096);
         }
     }
@@ -253,27 +262,6 @@ fn interrupted_work() {
         x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
     }
     std::hint::black_box(x);
-}
-
-/// The trigger's side of `tlb-storm`: one page mapped, written (so the
-/// unmap has a page table entry to shoot down) and unmapped.
-fn map_touch_unmap() {
-    // SAFETY: a fresh private anonymous page, written within its bounds and
-    // unmapped before return.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p != libc::MAP_FAILED {
-            p.cast::<u8>().write_volatile(1);
-            libc::munmap(p, 4096);
-        }
-    }
 }
 
 /// The event log's name for the trigger's storms (`tlb-storm` mode).
@@ -407,7 +395,7 @@ fn trigger(state: &State) {
                 let end = std::time::Instant::now() + state.args.hold;
                 while std::time::Instant::now() < end {
                     for _ in 0..64 {
-                        map_touch_unmap();
+                        one_page(true);
                     }
                 }
                 state.log(TLB_STORM, &storm);

@@ -328,6 +328,23 @@ pub const NUM_WAIT_SITES: usize = 7;
 /// (uninterruptible: `Io`, interruptible: `Idle`).
 pub const SITE_BY_STATE: u32 = 15;
 
+/// The [`WaitSite`] of a sleep, as u32: `by_syscall` is the sleeping
+/// syscall's entry in `SYSCALL_SITES` (None: not in a syscall). One rule
+/// for the kernel side's switches and for userspace's threads found
+/// asleep when the probes start.
+#[inline(always)]
+pub fn wait_site_of(by_syscall: Option<u32>, uninterruptible: bool) -> u32 {
+    match by_syscall {
+        // Only a fault or another exception sleeps outside a syscall; an
+        // uninterruptible one is a major fault waiting for its page.
+        None if uninterruptible => WaitSite::Fault as u32,
+        None => WaitSite::Other as u32,
+        Some(SITE_BY_STATE) if uninterruptible => WaitSite::Io as u32,
+        Some(SITE_BY_STATE) => WaitSite::Idle as u32,
+        Some(site) => site,
+    }
+}
+
 /// Syscall numbers covered by the `SYSCALL_SITES` table and the per-syscall
 /// totals (a power of two: the index is masked, which the verifier follows).
 /// Larger numbers wrap, which on x86-64 (under 470 syscalls) never happens.
@@ -531,11 +548,12 @@ pub enum MemStallKind {
     /// mprotect or fault holds it) (`mmap_lock:mmap_lock_start_locking` to
     /// `mmap_lock_acquire_returned`).
     MmapLock = 5,
-    /// A major fault that read its page back from swap: from the fault's
-    /// first uninterruptible sleep to the kernel counting the major fault,
-    /// in a fault that did not go through the page cache
-    /// (`filemap:mm_filemap_fault` not hit), so an anonymous (or shmem)
-    /// page, not a file's.
+    /// A fault that did not go through the page cache
+    /// (`filemap:mm_filemap_fault` not hit), so for an anonymous (or
+    /// shmem) page, not a file's, and that was major (read its page back
+    /// from swap) or slept for a read already under way (swap readahead):
+    /// from the fault's entry (`exceptions:page_fault_user` / `_kernel`) to
+    /// the kernel counting it, less the stalls timed inside it.
     SwapIn = 6,
 }
 
@@ -712,6 +730,14 @@ pub const IPI_SENDER_SLOTS: u32 = 1024;
 /// flag tells lookups to look there too.
 pub const THREAD_SLOTS: u32 = 1 << 16;
 
+/// `ThreadState::fault_flags`: the fault went through the page cache
+/// (`mm_filemap_fault`), so its page is a file's, not one from swap.
+pub const FAULT_FILE: u32 = 1;
+/// `ThreadState::fault_flags`: the fault slept uninterruptibly outside any
+/// other memory stall (for its page's read, or for a read already under
+/// way: a minor fault on a page that swap readahead is still reading).
+pub const FAULT_SLEPT: u32 = 2;
+
 /// Per-thread state kept by the kernel side for every target thread.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -787,19 +813,15 @@ pub struct ThreadState {
     /// and when it began: the outermost one (memory.high handling
     /// reclaims inside it).
     pub mem_stall: u32,
-    /// Set when the page fault in progress went through the page cache
-    /// (`mm_filemap_fault`): its major fault, if any, read a file.
-    /// Cleared when the kernel counts the fault (minor or major).
-    pub file_fault: u32,
+    /// What the page fault in progress did ([`FAULT_FILE`],
+    /// [`FAULT_SLEPT`]); cleared when the kernel counts the fault (minor
+    /// or major).
+    pub fault_flags: u32,
     pub mem_stall_ts: u64,
-    /// When the page fault in progress first slept uninterruptibly outside
-    /// any other memory stall (0: it has not, or a stall began since);
-    /// cleared with `file_fault`.
-    pub fault_sleep_ts: u64,
-    /// The fault's first such stretch that a stall interrupted (the
-    /// reclaim for a page it allocates): [start, end], 0 when none.
-    pub fault_wait_start: u64,
-    pub fault_wait_end: u64,
+    /// When the page fault in progress began (exceptions:page_fault_user
+    /// or page_fault_kernel; 0: none in progress, or its start unseen);
+    /// cleared with `fault_flags`.
+    pub fault_ts: u64,
     pub acct: [u64; NUM_ACCOUNT],
 }
 

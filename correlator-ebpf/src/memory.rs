@@ -4,7 +4,9 @@
 //! penalty sleep) and mmap_lock waits. One stall per thread at a time, the
 //! outermost (memory.high handling reclaims inside it); one record each
 //! when at least `min_offcpu_record_ns` long, so the account can book the
-//! time it holds (on or off the CPU) to the stall.
+//! time it holds (on or off the CPU) to the stall. A swap-in (faults.rs)
+//! spans its whole fault, these stalls inside it included: userspace cuts
+//! them out of it (`timeline::memory::cut_around`).
 
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
@@ -12,7 +14,7 @@ use aya_ebpf::{
     macros::{btf_tracepoint, fentry, fexit},
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
-use correlator_common::{MemStallKind, MemStallRecord, ThreadState, Total};
+use correlator_common::{FAULT_FILE, MemStallKind, MemStallRecord, ThreadState, Total};
 
 use crate::{
     helpers::{current_tgid, is_target_tgid, now, total_add},
@@ -32,18 +34,7 @@ fn begin(kind: MemStallKind) {
     unsafe {
         if (*st).mem_stall == 0 {
             (*st).mem_stall = kind as u32;
-            let ts = now();
-            (*st).mem_stall_ts = ts;
-            // A page fault that already slept for its page: that stretch
-            // ends here (stalls never overlap), kept for the fault's end,
-            // which tells whether it was a swap-in (faults.rs).
-            if (*st).fault_sleep_ts != 0 {
-                if (*st).fault_wait_start == 0 {
-                    (*st).fault_wait_start = (*st).fault_sleep_ts;
-                    (*st).fault_wait_end = ts;
-                }
-                (*st).fault_sleep_ts = 0;
-            }
+            (*st).mem_stall_ts = now();
         }
     }
 }
@@ -122,7 +113,7 @@ pub fn mm_filemap_fault(_ctx: BtfTracePointContext) -> i32 {
     }
     if let Some(st) = thread(bpf_get_current_pid_tgid() as u32) {
         // SAFETY: map value, written by this thread's own programs.
-        unsafe { (*st).file_fault = 1 };
+        unsafe { (*st).fault_flags |= FAULT_FILE };
     }
     0
 }

@@ -5,8 +5,8 @@ use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP, macros::btf_tracepoint, programs::BtfTracePointContext,
 };
 use correlator_common::{
-    Account, Counter, CpuState, NO_STACK, OffCpuKind, OffCpuRecord, SITE_BY_STATE, SYSCALL_SLOTS,
-    ThreadState, Total, WaitSite, WakeContext,
+    Account, Counter, CpuState, FAULT_SLEPT, NO_STACK, OffCpuKind, OffCpuRecord, SYSCALL_SLOTS,
+    ThreadState, Total, WaitSite, WakeContext, wait_site_of,
 };
 
 use crate::{
@@ -182,27 +182,17 @@ pub(crate) const TASK_UNINTERRUPTIBLE: u32 = 0x2;
 /// none) with task state `state` waits.
 #[inline(always)]
 pub(crate) fn wait_site(syscall: u32, state: u32) -> u32 {
-    let uninterruptible = state & TASK_UNINTERRUPTIBLE != 0;
-    if syscall == 0 {
-        // Only a fault or another exception sleeps outside a syscall; an
-        // uninterruptible one is a major fault waiting for its page.
-        return if uninterruptible {
-            WaitSite::Fault as u32
-        } else {
-            WaitSite::Other as u32
-        };
-    }
-    let site = SYSCALL_SITES
-        .get((syscall - 1) & (SYSCALL_SLOTS - 1))
-        .copied()
-        .unwrap_or(WaitSite::Other as u32);
-    if site != SITE_BY_STATE {
-        site
-    } else if uninterruptible {
-        WaitSite::Io as u32
+    let by_syscall = if syscall == 0 {
+        None
     } else {
-        WaitSite::Idle as u32
-    }
+        Some(
+            SYSCALL_SITES
+                .get((syscall - 1) & (SYSCALL_SLOTS - 1))
+                .copied()
+                .unwrap_or(WaitSite::Other as u32),
+        )
+    };
+    wait_site_of(by_syscall, state & TASK_UNINTERRUPTIBLE != 0)
 }
 
 /// What sched_switch tells about the thread leaving the CPU.
@@ -268,12 +258,10 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     } else {
         wait_site(state.syscall, out.state)
     };
-    // A page fault's first sleep for its page, outside any other memory
-    // stall (reclaim for the page it allocates times itself): the start of
-    // a swap-in, if the fault turns out to be one (faults.rs).
-    if state.off_site == WaitSite::Fault as u32 && state.mem_stall == 0 && state.fault_sleep_ts == 0
-    {
-        state.fault_sleep_ts = ts;
+    // A page fault's sleep for its page, outside any other memory stall
+    // (a reclaim or an mmap_lock wait times itself): see faults.rs.
+    if state.off_site == WaitSite::Fault as u32 && state.mem_stall == 0 && state.fault_ts != 0 {
+        state.fault_flags |= FAULT_SLEPT;
     }
     state.off_kind = kind as u32;
     state.off_ts = ts;

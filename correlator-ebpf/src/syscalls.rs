@@ -49,7 +49,13 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
 #[inline(always)]
 pub(crate) fn syscall_done(st: &mut ThreadState) {
     let syscall = st.syscall;
-    if syscall == 0 || st.sys_enter_ts == 0 {
+    if syscall == 0 {
+        return;
+    }
+    if st.sys_enter_ts == 0 {
+        // Entered before the probes (userspace found the thread asleep in
+        // it): untimed, but over.
+        st.syscall = 0;
         return;
     }
     let ts = now();

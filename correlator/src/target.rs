@@ -292,6 +292,50 @@ fn read_tgid(pid: u32) -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// A thread asleep as the probes start, as /proc shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Asleep {
+    /// The syscall it sleeps in (None: outside any, e.g. in a fault).
+    pub syscall: Option<u32>,
+    /// `D` (uninterruptible), not `S`.
+    pub uninterruptible: bool,
+    /// The CPU it last ran on.
+    pub cpu: u32,
+}
+
+/// Whether thread `tid` of `tgid` sleeps now, and in what: its switch-out
+/// came before the probes, so without this its first wakeup would be time
+/// nobody recorded (a lock holder's sleep, a server's wait for input).
+pub fn asleep(tgid: u32, tid: u32) -> Option<Asleep> {
+    let dir = proc_path(tgid).join("task").join(tid.to_string());
+    let stat = fs::read_to_string(dir.join("stat")).ok()?;
+    let syscall = fs::read_to_string(dir.join("syscall")).ok()?;
+    parse_asleep(&stat, &syscall)
+}
+
+/// [`asleep`] from the texts of /proc/…/stat and /proc/…/syscall.
+fn parse_asleep(stat: &str, syscall: &str) -> Option<Asleep> {
+    // The comm (field 2) may hold spaces and parentheses: fields start
+    // after its last ')'. Field 3 is the state, field 39 the CPU.
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    let uninterruptible = match *fields.first()? {
+        "S" => false,
+        "D" => true,
+        _ => return None,
+    };
+    let cpu = fields.get(36)?.parse().ok()?;
+    // "running", or the number (-1: not in a syscall) and its arguments.
+    let nr: i64 = syscall.split_whitespace().next()?.parse().ok()?;
+    Some(Asleep {
+        syscall: u32::try_from(nr).ok(),
+        uninterruptible,
+        cpu,
+    })
+}
+
 fn task_ids(pid: u32) -> Vec<u32> {
     fs::read_dir(proc_path(pid).join("task"))
         .map(|dir| {
@@ -338,6 +382,33 @@ mod tests {
         assert_eq!(info.state, 'S');
         assert_eq!(info.ppid, 1);
         assert_eq!(info.flags, 4194560);
+    }
+
+    #[test]
+    fn a_thread_asleep_in_a_syscall_and_one_running() {
+        let stat = "6079 (sl (e) ep) S 6077 6077 2376 0 -1 4194304 140 0 0 0 0 0 0 0 20 0 1 0 \
+            862368 2990080 415 18446744073709551615 94139364966400 94139364984329 \
+            140723644544864 0 0 0 0 6 0 1 0 0 17 1 0 0 0 0 0 94139364998416";
+        let asleep = parse_asleep(stat, "230 0x0 0x0 0x7ffcc6d83570 0x7ffcc6d835b0 0x0 0x0\n");
+        assert_eq!(
+            asleep,
+            Some(Asleep {
+                syscall: Some(230),
+                uninterruptible: false,
+                cpu: 1
+            })
+        );
+        // In a fault (no syscall), uninterruptibly.
+        let faulting = parse_asleep(&stat.replace(") S ", ") D "), "-1 0x7ffc 0x5555\n");
+        assert_eq!(
+            faulting.map(|a| (a.syscall, a.uninterruptible)),
+            Some((None, true))
+        );
+        assert_eq!(
+            parse_asleep(&stat.replace(") S ", ") R "), "running\n"),
+            None
+        );
+        assert_eq!(parse_asleep("garbage", "230"), None);
     }
 
     #[test]

@@ -14,10 +14,10 @@ use aya::{
     },
     util::online_cpus,
 };
-use correlator_common::{THREAD_SLOTS, ThreadState};
+use correlator_common::{NO_STACK, OffCpuKind, THREAD_SLOTS, ThreadState, wait_site_of};
 
 use super::btf::Btf;
-use crate::latency::passive::PassiveSource;
+use crate::{latency::passive::PassiveSource, target::Asleep, timeline::syscalls};
 
 /// BTF tracepoints attached (program name = tracepoint name). BTF
 /// tracepoints skip the classic tracepoints' formatting of every event into
@@ -63,18 +63,39 @@ pub(super) struct ThreadTable {
 }
 
 impl ThreadTable {
-    pub(super) fn track(&mut self, tid: u32, tgid: u32) -> Result<()> {
+    /// Starts tracking a thread found after the programs attached; one
+    /// `asleep` at `now_ns` (CLOCK_MONOTONIC) is off the CPU from then, so
+    /// its first wakeup is timed (from then: its sleep began unseen).
+    pub(super) fn track(
+        &mut self,
+        tid: u32,
+        tgid: u32,
+        asleep: Option<Asleep>,
+        now_ns: u64,
+    ) -> Result<()> {
         let index = tid & (THREAD_SLOTS - 1);
         let slot = self.slots.get(&index, 0).context("reading THREADS")?;
         if slot.tid == tid {
             return Ok(());
         }
-        let fresh = ThreadState {
+        let mut fresh = ThreadState {
             tid,
             tgid,
             spill: slot.spill,
             ..ThreadState::default()
         };
+        if let Some(a) = asleep {
+            fresh.off_kind = OffCpuKind::Blocked as u32;
+            fresh.off_ts = now_ns;
+            fresh.cpu_out = a.cpu;
+            fresh.wait_cpu = a.cpu;
+            // Number + 1; the syscall's exit clears it (untimed: its
+            // entry was not seen).
+            fresh.syscall = a.syscall.map_or(0, |nr| nr + 1);
+            fresh.off_site = wait_site_of(a.syscall.map(syscalls::site_raw), a.uninterruptible);
+            fresh.off_kstack = NO_STACK;
+            fresh.off_ustack = NO_STACK;
+        }
         if slot.tid == 0 {
             self.slots
                 .set(index, &fresh, 0)
@@ -170,11 +191,26 @@ const MEMORY_TRACEPOINTS: [&str; 9] = [
     "mm_filemap_fault",
 ];
 
+/// Where a page fault begins, so a swap-in is timed from there: run on
+/// every fault of the machine (60–145 ns each here), so attached only while
+/// swap is on (without it no anonymous page ever comes back from swap).
+const FAULT_ENTRY_TRACEPOINTS: [&str; 2] = ["page_fault_user", "page_fault_kernel"];
+
+/// Whether any swap area is active (/proc/swaps lists one past its header).
+fn swap_on() -> bool {
+    std::fs::read_to_string("/proc/swaps").is_ok_and(|s| s.lines().count() > 1)
+}
+
 /// Attaches the memory-stall programs this kernel allows; returns the
 /// names of those it does not.
 pub(super) fn attach_memory(ebpf: &mut Ebpf, btf: &aya::Btf) -> Vec<String> {
     let mut missing = Vec::new();
-    for tracepoint in MEMORY_TRACEPOINTS {
+    let fault_entry = if swap_on() {
+        &FAULT_ENTRY_TRACEPOINTS[..]
+    } else {
+        &[]
+    };
+    for &tracepoint in MEMORY_TRACEPOINTS.iter().chain(fault_entry) {
         if let Err(e) = attach_tracepoint(ebpf, tracepoint, btf) {
             log::info!("memory stalls: {tracepoint} not attached: {e:#}");
             missing.push(tracepoint.to_string());

@@ -393,7 +393,8 @@ impl Probes {
         // After attaching, so a thread created meanwhile is seen by
         // task_newtask or by this scan.
         for (tgid, tid) in target.threads(cfg.follow_children) {
-            table.track(tid, tgid)?;
+            let asleep = crate::target::asleep(tgid, tid);
+            table.track(tid, tgid, asleep, clock::monotonic_ns())?;
             if tgid != target.pid {
                 let _ = children.insert(&tgid, &target.pid, 0);
             }

@@ -31,7 +31,9 @@ impl StallKind {
             }
             StallKind::MemoryHigh => "over its cgroup's memory.high (reclaim and penalty sleep)",
             StallKind::MmapLock => "waiting for the process's mmap_lock",
-            StallKind::SwapIn => "swap-in (major faults reading its memory back from swap)",
+            StallKind::SwapIn => {
+                "swap-in (faults reading its memory back from swap, or waiting for that read)"
+            }
         }
     }
 
@@ -66,6 +68,33 @@ impl MemStall {
             end_ns: r.end_ns,
         })
     }
+}
+
+/// `outer` less the stalls of its thread inside it (`nested`, as [start,
+/// end]; in any order): a swap-in is timed from its fault's entry to its
+/// end, and a reclaim for the pages it reads (or an mmap_lock wait) inside
+/// it is timed on its own. Stalls of one thread never overlap after this.
+pub fn cut_around(outer: &MemStall, nested: &mut [(u64, u64)]) -> Vec<MemStall> {
+    nested.sort_unstable();
+    let mut pieces = Vec::with_capacity(nested.len() + 1);
+    let mut from = outer.start_ns;
+    for &(start, end) in nested.iter() {
+        if start > from {
+            pieces.push(MemStall {
+                start_ns: from,
+                end_ns: start,
+                ..outer.clone()
+            });
+        }
+        from = from.max(end);
+    }
+    if outer.end_ns > from {
+        pieces.push(MemStall {
+            start_ns: from,
+            ..outer.clone()
+        });
+    }
+    pieces
 }
 
 /// The target's memory cgroup and what limited it, at the end of the run.
@@ -178,4 +207,41 @@ impl MemoryCgroup {
 /// A cgroup file holding a number ("max": None).
 fn number(path: &Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn swap_in(start_ns: u64, end_ns: u64) -> MemStall {
+        MemStall {
+            tid: 7,
+            kind: StallKind::SwapIn,
+            start_ns,
+            end_ns,
+        }
+    }
+
+    #[test]
+    fn a_swap_in_is_cut_around_the_reclaims_inside_it() {
+        let spans = |v: Vec<MemStall>| -> Vec<(u64, u64)> {
+            v.iter().map(|m| (m.start_ns, m.end_ns)).collect()
+        };
+        // Two reclaims inside, given out of order.
+        let pieces = cut_around(&swap_in(100, 1000), &mut [(600, 700), (200, 400)]);
+        assert_eq!(spans(pieces.clone()), [(100, 200), (400, 600), (700, 1000)]);
+        assert!(
+            pieces
+                .iter()
+                .all(|m| m.kind == StallKind::SwapIn && m.tid == 7)
+        );
+        // One at its very start and one reaching its end: nothing empty.
+        let pieces = cut_around(&swap_in(100, 1000), &mut [(100, 300), (900, 1000)]);
+        assert_eq!(spans(pieces), [(300, 900)]);
+        // Nothing inside: itself.
+        assert_eq!(
+            spans(cut_around(&swap_in(100, 1000), &mut [])),
+            [(100, 1000)]
+        );
+    }
 }

@@ -480,13 +480,30 @@ impl Timeline {
         );
     }
 
+    /// Adds a stall, less the stalls of its thread already held inside it
+    /// (they ended first: a swap-in spans its fault, reclaims in it
+    /// included; see `memory::cut_around`).
     pub fn push_mem_stall(&mut self, stall: memory::MemStall) {
-        Self::capped(
-            &mut self.mem_stalls,
-            stall,
-            self.max_records,
-            &mut self.records_over_cap,
-        );
+        // Records arrive about in the order they ended: the nested ones
+        // are at the tail (a second of slack for other CPUs' records).
+        let mut nested: Vec<(u64, u64)> = self
+            .mem_stalls
+            .iter()
+            .rev()
+            .take_while(|m| m.end_ns + 1_000_000_000 >= stall.start_ns)
+            .filter(|m| {
+                m.tid == stall.tid && m.start_ns >= stall.start_ns && m.end_ns <= stall.end_ns
+            })
+            .map(|m| (m.start_ns, m.end_ns))
+            .collect();
+        for piece in memory::cut_around(&stall, &mut nested) {
+            Self::capped(
+                &mut self.mem_stalls,
+                piece,
+                self.max_records,
+                &mut self.records_over_cap,
+            );
+        }
     }
 
     pub fn mem_stalls(&self) -> &[memory::MemStall] {

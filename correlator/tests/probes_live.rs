@@ -532,9 +532,10 @@ live_test! {
                 .collect();
             assert!(
                 short <= period + lost / 10,
-                "{:.2} ms of a {:.2} ms stall [{s}, {e}] booked as the spinner's own time; around it (bucket start, {not_running:?}): {around:?}; off-CPU records: {:?}",
+                "{:.2} ms of a {:.2} ms stall [{s}, {e}] booked as the spinner's own time; losses {:?}; around it (bucket start, {not_running:?}): {around:?}; off-CPU records: {:?}",
                 short as f64 / 1e6,
                 lost as f64 / 1e6,
+                run.losses,
                 run.offcpu
                     .iter()
                     .filter(|o| o.end_ns + 5 * period > s && o.start_ns < e + 5 * period)

@@ -1,6 +1,7 @@
-//! Page faults, minor and major, from software perf events; a major fault
-//! that read its page back from swap is also timed as a memory stall, from
-//! its entry (the exceptions tracepoints) to its end.
+//! Page faults, minor and major, from software perf events; a fault that
+//! read its page back from swap (major), or waited for such a read under
+//! way (minor), is also timed as a memory stall, from its entry (the
+//! exceptions tracepoints) to its end.
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,

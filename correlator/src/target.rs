@@ -263,6 +263,8 @@ struct StatInfo {
     state: char,
     ppid: u32,
     flags: u64,
+    /// The CPU it last ran on (field 39; None in a truncated line).
+    cpu: Option<u32>,
 }
 
 /// Parses the fields of /proc/PID/stat we need. The comm is in parentheses
@@ -276,11 +278,14 @@ fn parse_stat(stat: &str) -> Option<StatInfo> {
     let ppid = rest.next()?.parse().ok()?;
     // pgrp, session, tty_nr, tpgid, then flags (field 9).
     let flags = rest.nth(4)?.parse().ok()?;
+    // Fields 10 to 38, then the CPU (field 39).
+    let cpu = rest.nth(29).and_then(|f| f.parse().ok());
     Some(StatInfo {
         comm,
         state,
         ppid,
         flags,
+        cpu,
     })
 }
 
@@ -315,24 +320,18 @@ pub fn asleep(tgid: u32, tid: u32) -> Option<Asleep> {
 
 /// [`asleep`] from the texts of /proc/…/stat and /proc/…/syscall.
 fn parse_asleep(stat: &str, syscall: &str) -> Option<Asleep> {
-    // The comm (field 2) may hold spaces and parentheses: fields start
-    // after its last ')'. Field 3 is the state, field 39 the CPU.
-    let fields: Vec<&str> = stat
-        .get(stat.rfind(')')? + 1..)?
-        .split_whitespace()
-        .collect();
-    let uninterruptible = match *fields.first()? {
-        "S" => false,
-        "D" => true,
+    let info = parse_stat(stat)?;
+    let uninterruptible = match info.state {
+        'S' => false,
+        'D' => true,
         _ => return None,
     };
-    let cpu = fields.get(36)?.parse().ok()?;
     // "running", or the number (-1: not in a syscall) and its arguments.
     let nr: i64 = syscall.split_whitespace().next()?.parse().ok()?;
     Some(Asleep {
         syscall: u32::try_from(nr).ok(),
         uninterruptible,
-        cpu,
+        cpu: info.cpu?,
     })
 }
 

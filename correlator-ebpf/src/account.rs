@@ -233,21 +233,24 @@ fn environment_add(st: &mut ThreadState, ts: u64, slot: Account, ns: u64) {
 /// in that window explain.
 ///
 /// The timer fires on a fixed grid of the sample period. Measured here
-/// (a spinning helper timing itself against this program's samples): a
-/// vCPU the host holds for 1.6-2.5 ms without accounting steal loses the
-/// grid points it spans, and the next sample comes on the grid, 2-4
-/// periods after the last; the steal clock shows none of it. A single
-/// missing sample also happens with the thread running undisturbed (3-7
-/// in 20,000 samples here), two in a row were not seen. So a gap of at
-/// least two silenced grid points, less what was measured in it, is time
-/// the vCPU did not run guest code (or ran it with interrupts off): the
-/// environment's, not the thread's. Its length is known to one period
-/// (the stall lies somewhere between the grid points it silenced); a stall
-/// shorter than two periods may go unseen.
+/// (a spinning helper timing itself against this program's samples, 19,721
+/// gaps on a CPU of its own): undisturbed, a sample comes 0.90-1.10
+/// periods after the last; a single sample goes missing now and then (129
+/// gaps of 1.95-2.05 periods, back on the grid); a vCPU the host holds for
+/// 1.6-6 ms without accounting steal silences the grid points it spans and
+/// the next sample comes 2.1-6 periods after the last, on the grid or late
+/// (the timer's interrupt delivered when the vCPU resumes: a 2.17 ms stall
+/// gave a gap under 2.5 periods). The steal clock shows none of it. So a
+/// gap longer than two periods by more than the grid's jitter (a tenth of
+/// a period), less what was measured in it, is time the vCPU did not run
+/// guest code (or ran it with interrupts off): the environment's, not the
+/// thread's. Its length is known to one period (the stall lies somewhere
+/// between the grid points it silenced); a stall shorter than about a
+/// period may go unseen.
 #[inline(always)]
 pub(crate) fn timer_silence(gap: u64, st: &ThreadState) -> u64 {
     let period = config!(sample_period_ns);
-    if gap < period * 5 / 2 {
+    if gap < period * 2 + period / 10 {
         return 0;
     }
     gap.saturating_sub(period)

@@ -319,7 +319,7 @@ impl SyscallSpan {
     /// on − (samples + 1)·P. Measured here: a clean demo server's
     /// `epoll_wait` held 2-5 ms "on the CPU" with 0-1 samples, its samples
     /// landing at the `spin_unlock_irq` that ended each stretch, and the
-    /// steal clock silent; between-sample silence (2.5 periods at least)
+    /// steal clock silent; between-sample silence (over 2.1 periods)
     /// saw none of them.
     pub fn silent_ns(&self, period_ns: u64) -> u64 {
         match self.samples {

@@ -76,7 +76,7 @@ pub(crate) fn stolen_since(state: &CpuState, mark: u64) -> u64 {
 
 /// A softirq that was not timed at entry but ends with a target thread
 /// waiting runnable for this CPU woke that thread itself: the thread has waited
-/// since its wakeup (`last_switch_ts`, set by sched_wakeup). Returns that
+/// since its wakeup (`last_switch_ts`, set by sched_waking). Returns that
 /// wait, 0 if none.
 #[inline(always)]
 pub(crate) fn woken_during(state: &CpuState, ts: u64) -> u64 {

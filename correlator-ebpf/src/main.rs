@@ -5,7 +5,7 @@
 //!   buckets and into never-reset per-CPU totals (the drain check);
 //! - each program run does at most one bucket lookup, one per-CPU state
 //!   lookup and one clock read, and programs that fire for every task on the
-//!   machine (sched_switch, sched_wakeup) decide "not a target" with inlined
+//!   machine (sched_switch, sched_waking) decide "not a target" with inlined
 //!   array lookups only, before reading the clock;
 //! - only off-CPU intervals long enough to matter produce a ring-buffer
 //!   record, submitted without waking the reader (userspace drains on a timer).

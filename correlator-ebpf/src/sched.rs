@@ -363,60 +363,23 @@ pub(crate) fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64,
     }
 }
 
-/// Marks the blocked → runnable edge of a target thread, and starts
-/// watching who runs on the CPU it was queued on until it runs.
-/// sched_wakeup(task *p)
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
-    if config!(floor_only) != 0 {
-        return 0;
-    }
-    let task: *const u8 = arg(&ctx, 0);
-    let pid = task_pid(task);
-    let Some(st) = thread(pid) else { return 0 };
-    // SAFETY: map value.
-    unsafe {
-        if (*st).off_kind != OffCpuKind::Blocked as u32 || (*st).wakeup_ts != 0 {
-            return 0;
-        }
-        let ts = now();
-        let cpu = task_cpu(task);
-        (*st).wakeup_ts = ts;
-        (*st).wait_cpu = cpu;
-        (*st).next_pid = 0;
-        (*st).next_ran_ns = 0;
-        (*st).next_comm[0] = 0;
-        // The queue's CPU state, written from the waking CPU: a race with
-        // that CPU's sched_switch can only misattribute who ran, never a count.
-        // Woken onto this CPU (the common case when woken from an IPI): the
-        // inlined local lookup instead of a helper call.
-        let remote = if cpu == cpu_id() {
-            cpu_state().unwrap_or(core::ptr::null_mut())
-        } else {
-            let key = 0u32;
-            aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem(
-                (&raw const CPUS).cast_mut().cast(),
-                (&raw const key).cast(),
-                cpu,
-            )
-            .cast::<CpuState>()
-        };
-        if !remote.is_null() {
-            (*remote).waiting_tid = pid;
-            (*remote).last_switch_ts = ts;
-        }
-    }
-    0
-}
-
-/// Who ends a target thread's blocked interval. sched_waking fires in the
-/// waker's context (try_to_wake_up's caller, or the IRQ it runs in);
-/// sched_wakeup does not: a wakeup onto an idle CPU is queued there and
-/// finished from an IPI, where the current task is whatever ran on that
-/// CPU (often the idle task). The first waking of the interval wins (a
-/// second one finds the thread already runnable and does not trace).
-/// One hash lookup for every wakeup on the machine, as sched_wakeup
-/// already pays; the rest only for target threads.
+/// Marks the blocked → runnable edge of a target thread: who woke it (the
+/// wait-for chain) and when, and starts watching who runs on the CPU it is
+/// queued on until it runs.
+///
+/// sched_waking fires in the waker's context (try_to_wake_up's caller, or
+/// the IRQ it runs in); sched_wakeup does not (a wakeup onto an idle CPU is
+/// queued there and finished from an IPI, where the current task is
+/// whatever ran on that CPU), so the waker is only known here. One program
+/// for both jobs: sched_wakeup fires for every wakeup on the machine too,
+/// and a second program there cost each wakeup another run and thread-table
+/// lookup (docs/overhead.md). The runnable interval starts at the waking,
+/// before the task is queued: a wakeup queued to another CPU's IPI is
+/// runnable time (scheduling latency), not the wait's. The CPU it will be
+/// queued on is chosen after this tracepoint; when it is not the one it
+/// slept on, sched_migrate_task moves the watch (see [`wakeup_moved`]).
+/// The first waking of an interval wins (a second finds the thread
+/// already runnable and does not trace).
 /// sched_waking(task *p)
 #[btf_tracepoint(function = "sched_waking")]
 pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
@@ -424,30 +387,79 @@ pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let task: *const u8 = arg(&ctx, 0);
-    let Some(st) = thread(task_pid(task)) else {
+    let pid = task_pid(task);
+    let Some(st) = thread(pid) else {
         return 0;
     };
     // SAFETY: map value; the woken thread is off the CPU, so only its
     // wakeup writes it now.
     unsafe {
-        if (*st).off_kind != OffCpuKind::Blocked as u32
-            || (*st).wakeup_ts != 0
-            || (*st).waker_context != WakeContext::None as u32
-        {
+        if (*st).off_kind != OffCpuKind::Blocked as u32 || (*st).wakeup_ts != 0 {
             return 0;
         }
         let id = aya_ebpf::helpers::bpf_get_current_pid_tgid();
         (*st).waker_tid = id as u32;
         (*st).waker_tgid = (id >> 32) as u32;
-        (*st).waker_context = match cpu_state() {
+        let local = cpu_state();
+        (*st).waker_context = match local {
             Some(cpu) if (*cpu).in_hardirq != 0 => WakeContext::HardIrq as u32,
             Some(cpu) if (*cpu).in_softirq != 0 => {
                 WakeContext::Softirq as u32 + ((*cpu).in_softirq - 1)
             }
             _ => WakeContext::Task as u32,
         };
+        let ts = now();
+        (*st).wakeup_ts = ts;
+        (*st).next_pid = 0;
+        (*st).next_ran_ns = 0;
+        (*st).next_comm[0] = 0;
+        let cpu = task_cpu(task);
+        watch_queue(&mut *st, pid, cpu, ts, local);
     }
     0
+}
+
+/// Watches CPU `cpu`'s switches (who runs) and IRQs while the woken thread
+/// `pid` waits to run there. `local` is this CPU's state, used when `cpu`
+/// is this CPU (the common case when woken from an IPI): the inlined local
+/// lookup instead of a helper call.
+#[inline(always)]
+fn watch_queue(st: &mut ThreadState, pid: u32, cpu: u32, ts: u64, local: Option<*mut CpuState>) {
+    st.wait_cpu = cpu;
+    // The queue's CPU state, written from the waking CPU: a race with that
+    // CPU's sched_switch can only misattribute who ran, never a count.
+    // SAFETY: helper with a valid map and key.
+    let queue = if cpu == cpu_id() {
+        local.unwrap_or(core::ptr::null_mut())
+    } else {
+        let key = 0u32;
+        unsafe {
+            aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem(
+                (&raw const CPUS).cast_mut().cast(),
+                (&raw const key).cast(),
+                cpu,
+            )
+        }
+        .cast::<CpuState>()
+    };
+    if !queue.is_null() {
+        // SAFETY: per-CPU map value.
+        unsafe {
+            (*queue).waiting_tid = pid;
+            (*queue).last_switch_ts = ts;
+        }
+    }
+}
+
+/// A woken target thread is being queued on another CPU than the one it
+/// slept on (set_task_cpu in try_to_wake_up, after sched_waking chose the
+/// old one): watch the new one instead. The old CPU stops watching at its
+/// next switch (`note_runner` checks `wait_cpu`).
+#[inline(always)]
+fn wakeup_moved(st: &mut ThreadState, pid: u32, dest_cpu: u32) {
+    if st.off_kind == OffCpuKind::Blocked as u32 && st.wakeup_ts != 0 && st.wait_cpu != dest_cpu {
+        watch_queue(st, pid, dest_cpu, now(), cpu_state());
+    }
 }
 
 /// Fires in the migrating context, so the filter is on the migrated task.
@@ -458,8 +470,12 @@ pub fn sched_migrate_task(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let pid = task_pid(arg(&ctx, 0));
-    if thread(pid).is_some() {
+    if let Some(st) = thread(pid) {
         count_one(Counter::Migrations);
+        let dest_cpu: u64 = arg(&ctx, 1);
+        // SAFETY: map value; a thread being migrated is not running, and
+        // its wakeup (if this is one) runs in this context.
+        wakeup_moved(unsafe { &mut *st }, pid, dest_cpu as u32);
     }
     0
 }

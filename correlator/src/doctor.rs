@@ -109,7 +109,12 @@ fn privileges() -> Result<String, String> {
 
 fn attach_trial() -> Result<String, String> {
     let me = Target::from_pid(std::process::id()).map_err(|e| format!("{e:#}"))?;
-    let probes = Probes::attach(&me, &ProbeConfig::default()).map_err(|e| format!("{e:#}"))?;
+    // Every tracepoint, the opt-in syscall hooks included.
+    let cfg = ProbeConfig {
+        syscall_time: crate::probes::SyscallTime::Exact,
+        ..ProbeConfig::default()
+    };
+    let probes = Probes::attach(&me, &cfg).map_err(|e| format!("{e:#}"))?;
     let stats = probes.stats_enabled();
     drop(probes);
     Ok(format!(

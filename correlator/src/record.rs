@@ -212,6 +212,7 @@ pub async fn capture(
         bar.finish_and_clear();
     }
     let stats_enabled = probes.stats_enabled();
+    let syscall_path = probes.syscall_path();
     let steal_measured = probes.steal_measured();
     let memory_missing = probes.memory_missing().to_vec();
     let crate::probes::Finished {
@@ -244,11 +245,6 @@ pub async fn capture(
     if crate::probes::floor_only_requested() {
         notes.push(
             "CORRELATOR_FLOOR_ONLY was set: every program returned at once, nothing was counted (a cost measurement)".into(),
-        );
-    }
-    if std::env::var_os("CORRELATOR_NO_LOCK_SPIN").is_some() {
-        notes.push(
-            "CORRELATOR_NO_LOCK_SPIN was set: kernel lock spins were not measured and count as the syscall's own work (a cost measurement)".into(),
         );
     }
     notes.extend(cfg.syscall_time.note().map(String::from));
@@ -299,6 +295,7 @@ pub async fn capture(
         overhead: Overhead {
             stats_enabled,
             programs,
+            syscall_path,
         },
         notes,
         server_latency,

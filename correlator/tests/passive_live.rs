@@ -131,19 +131,24 @@ fn count_redis_requests(test: &str, name: &str, extra: &[&str]) {
 }
 
 live_test! {
-    fn syscalls_count_redis_requests() {
-        count_redis_requests("syscalls_count_redis_requests", "passive-redis", &[]);
+    /// With the opt-in syscall hooks: requests paired at `sys_exit`.
+    full fn syscalls_count_redis_requests() {
+        count_redis_requests(
+            "syscalls_count_redis_requests",
+            "passive-redis",
+            &["--syscall-time", "exact"],
+        );
     }
 }
 
 live_test! {
-    /// The same without the syscall hooks: requests paired at the socket
-    /// layer's tracepoints (`watch`'s default).
-    full fn socket_tracepoints_count_redis_requests() {
+    /// By default (no syscall hooks): requests paired at the socket
+    /// layer's tracepoints.
+    fn socket_tracepoints_count_redis_requests() {
         count_redis_requests(
             "socket_tracepoints_count_redis_requests",
             "passive-redis-sockets",
-            &["--syscall-time", "sampled"],
+            &[],
         );
     }
 }

@@ -47,8 +47,12 @@ live_test! {
     /// call's, so the calls' IRQ time goes with ours here (2-3 ms of
     /// 105-128 ms on a quiet host, ours 3-5 ms under the helper's without
     /// it; one noisy CI run: 8.3 ms under, 6.2%).
-    fn syscall_time_matches_the_helpers_own_timing() {
-        let (phases, run) = record("sys-time", &["--zero-reads", "4000", "--nanosleeps", "500"]);
+    full fn syscall_time_matches_the_helpers_own_timing() {
+        let (phases, run) = record_with(
+            "sys-time",
+            &["--zero-reads", "4000", "--nanosleeps", "500"],
+            &["--syscall-time", "exact"],
+        );
         let reads = phase(&phases, "zero_reads");
         let read = &run.syscall_totals["read"];
         eprintln!(
@@ -64,6 +68,13 @@ live_test! {
             reads.cpu_ns as f64 / 1e6
         );
         assert!(read.calls >= reads.calls as u64);
+        // The hooks' slow path, measured when they attached.
+        let path = run.overhead.syscall_path.expect("syscall path calibrated");
+        eprintln!("syscall path: {path:?}, {:.0} ns per syscall beyond the programs", path.extra_ns());
+        assert!(
+            path.hooked_ns > path.unhooked_ns && path.programs_ns > 0.0,
+            "{path:?}"
+        );
         let ours = read.on_cpu_ns + read.irq_ns;
         assert!(
             within(ours, reads.cpu_ns, 0.05, 1_000_000),
@@ -98,18 +109,15 @@ live_test! {
 }
 
 live_test! {
-    /// Without the syscall hooks, syscall time on the CPU is sampled: the
+    /// By default (no syscall hooks), syscall time on the CPU is sampled: the
     /// main thread's on-CPU samples found inside a syscall during the
     /// helper's /dev/zero reads, times the sample period, against the
     /// helper's CPU time for the batch (nearly all of it kernel time in
     /// read): within 5% + four Poisson standard errors of the sample count.
-    full fn sampled_syscall_time_matches_the_helpers_own_timing() {
-        let (phases, run) = record_with(
-            "sys-time-sampled",
-            &["--zero-reads", "8000", "--fork-mib", "512"],
-            &["--syscall-time", "sampled"],
-        );
+    fn sampled_syscall_time_matches_the_helpers_own_timing() {
+        let (phases, run) = record("sys-time-sampled", &["--zero-reads", "8000", "--fork-mib", "512"]);
         assert!(run.syscall_totals.is_empty(), "no call was timed");
+        assert!(run.overhead.syscall_path.is_none(), "no hooks, no slow path");
         let reads = phase(&phases, "zero_reads");
         let (syscall, all) = main_thread_samples(&run, reads);
         let ours = syscall * run.sample_period_ns;
@@ -205,7 +213,7 @@ live_test! {
     /// fork() of a process with 512 MiB resident: the clone syscall's time
     /// against the helper's wall time around fork(), within 10%.
     full fn fork_time_is_the_clone_syscalls() {
-        let (phases, run) = record("fork", &["--fork-mib", "512"]);
+        let (phases, run) = record_with("fork", &["--fork-mib", "512"], &["--syscall-time", "exact"]);
         let fork = phase(&phases, "fork");
         let truth = fork.end_ns - fork.start_ns;
         let clone = run
@@ -303,17 +311,18 @@ fn check_wait_sites(name: &str, rec_args: &[&str]) {
 }
 
 live_test! {
-    /// Wait sites from the syscall hooks (`sys_enter` notes the syscall).
-    fn wait_sites_are_classified() {
-        check_wait_sites("wait-sites", &[]);
+    /// Wait sites from the opt-in syscall hooks (`sys_enter` notes the
+    /// syscall).
+    full fn wait_sites_are_classified() {
+        check_wait_sites("wait-sites", &["--syscall-time", "exact"]);
     }
 }
 
 live_test! {
-    /// Wait sites without the syscall hooks: the syscall read from the
+    /// Wait sites by default (no syscall hooks): the syscall read from the
     /// registers the thread saved entering the kernel, at its switch-out.
-    full fn wait_sites_are_classified_from_saved_registers() {
-        check_wait_sites("wait-sites-sampled", &["--syscall-time", "sampled"]);
+    fn wait_sites_are_classified_from_saved_registers() {
+        check_wait_sites("wait-sites-sampled", &[]);
         }
 }
 
@@ -355,7 +364,8 @@ live_test! {
         let dir = scratch("spin");
         let mut work = Workload::spawn(&["--contend-ms", "2000"]);
         let bt = Bpftrace::start(SPIN_BT, &[work.pid().to_string()], &dir);
-        let rec = Recorder::start(work.pid(), dir.join("w.run"), &[]);
+        // fcntl's own time splits into its parts only when timed per call.
+        let rec = Recorder::start(work.pid(), dir.join("w.run"), &["--syscall-time", "exact"]);
         work.go();
         let out = work.child.wait_with_output().expect("workload output");
         assert!(out.status.success(), "workload failed: {:?}", out.status);

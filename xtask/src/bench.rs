@@ -29,6 +29,11 @@ pub enum Bench {
         /// Round trips per `perf bench sched pipe` run.
         #[arg(long, default_value_t = 200_000)]
         loops: u64,
+        /// Only the pinned placement (both threads on CPU 1), the one the
+        /// acceptance figures use: the free placement's runs take 5-10
+        /// times longer on this host.
+        #[arg(long)]
+        pinned: bool,
     },
     /// Analysis: a 60 s run with 3 M requests, 10 M kernel events and the
     /// serving thread's account in every bucket,
@@ -40,9 +45,10 @@ pub enum Bench {
         #[arg(long, default_value_t = 5)]
         reps: usize,
     },
-    /// Watch at saturation: redis-server's throughput under
-    /// redis-benchmark with nothing attached, `watch --syscalls` (no
-    /// syscall hooks) and `watch --syscalls --syscall-time exact`.
+    /// Redis at saturation: redis-server's throughput under
+    /// redis-benchmark with nothing attached, `watch --syscalls` and
+    /// `record` (the probes `run` attaches) by default (no syscall hooks),
+    /// and each with `--syscall-time exact`.
     Watch {
         #[arg(long, default_value_t = 7)]
         reps: usize,
@@ -58,7 +64,11 @@ pub enum Bench {
 
 pub fn run(which: Bench) -> Result<()> {
     match which {
-        Bench::Probes { reps, loops } => probes(reps, loops),
+        Bench::Probes {
+            reps,
+            loops,
+            pinned,
+        } => probes(reps, loops, pinned),
         Bench::Loadgen => crate::bench_loadgen::run(),
         Bench::Analysis => analysis(),
         Bench::Redis { reps } => crate::bench_redis::run(reps),
@@ -82,32 +92,24 @@ enum Variant {
     /// into the programs' own and the statistics' (two clock reads and a
     /// per-CPU update around every program run).
     CorrelatorNoStats,
-    /// correlator without its syscall and sample programs (sys_enter,
-    /// sys_exit, cpu_sample): the set before the measured account, so the
-    /// account's cost is the difference in the same run.
-    CorrelatorWithoutContext,
-    /// correlator without its lock contention programs (contention_begin,
-    /// contention_end): the set before kernel spins were measured, so their
-    /// cost is the difference in the same run.
-    CorrelatorWithoutLocks,
-    /// correlator's programs on the same attach points returning at once,
-    /// statistics on: what attaching anything there costs on this kernel
-    /// (the tracepoint dispatch, and the statistics' clock reads).
+    /// correlator's programs on the default attach points returning at
+    /// once, statistics on: what attaching anything there costs on this
+    /// kernel (the tracepoint dispatch, and the statistics' clock reads),
+    /// the least any probe set that books each switch of the target can
+    /// cost.
     Floor,
     Bpftrace,
     /// correlator with `--stacks`: a kernel and a user stack id at every
     /// target switch-out and with every sample, and a record per sample.
     CorrelatorStacks,
-    /// correlator with `--syscall-time sampled` (`watch`'s default): no
-    /// syscall hooks, the syscall read from saved registers at switch-out
-    /// and at each sample.
-    CorrelatorSampled,
-    /// `Floor` on the attach points of `--syscall-time sampled` (watch's
-    /// default, no syscall hooks): the least any probe set that books each
-    /// switch of the target can cost on this kernel.
-    FloorSampled,
-    /// `FloorSampled` with the statistics off: the floor under `Watch`.
-    FloorSampledNoStats,
+    /// correlator with `--syscall-time exact` (opt-in): hooks on every
+    /// syscall's entry and exit.
+    CorrelatorExact,
+    /// `Floor` with the syscall hooks too: what attaching `sys_enter` and
+    /// `sys_exit` costs every syscall on this kernel.
+    FloorExact,
+    /// `Floor` with the statistics off: the floor under `Watch`.
+    FloorNoStats,
     /// `correlator watch --syscalls`, the always-on mode as it runs: its
     /// default probe set, and the BPF statistics on for one second in
     /// sixty. The load starts 3 s after watch attached, after its first
@@ -120,19 +122,17 @@ enum Variant {
 }
 
 impl Variant {
-    const ALL: [Variant; 13] = [
+    const ALL: [Variant; 11] = [
         Variant::Bare,
         Variant::Watch,
-        Variant::FloorSampledNoStats,
+        Variant::FloorNoStats,
         Variant::BpftraceNoStats,
         Variant::Correlator,
-        Variant::CorrelatorWithoutLocks,
-        Variant::CorrelatorSampled,
+        Variant::CorrelatorExact,
         Variant::CorrelatorStacks,
-        Variant::CorrelatorWithoutContext,
         Variant::CorrelatorNoStats,
         Variant::Floor,
-        Variant::FloorSampled,
+        Variant::FloorExact,
         Variant::Bpftrace,
     ];
 }
@@ -164,13 +164,11 @@ impl Variant {
             Variant::Bare => "not attached",
             Variant::Correlator => "correlator",
             Variant::CorrelatorStacks => "corr. --stacks",
-            Variant::CorrelatorSampled => "corr. sampled sys",
-            Variant::CorrelatorWithoutContext => "corr. w/o sys+smp",
-            Variant::CorrelatorWithoutLocks => "corr. w/o lock spin",
+            Variant::CorrelatorExact => "corr. exact sys",
             Variant::CorrelatorNoStats => "corr. no stats",
             Variant::Floor => "empty programs",
-            Variant::FloorSampled => "empty, sampled sys",
-            Variant::FloorSampledNoStats => "empty, sampled, no stats",
+            Variant::FloorExact => "empty, exact sys",
+            Variant::FloorNoStats => "empty, no stats",
             Variant::Watch => "watch (stats off)",
             Variant::BpftraceNoStats => "bpftrace, no stats",
             Variant::Bpftrace => "bpftrace",
@@ -213,7 +211,7 @@ impl Drop for StatsSysctl {
     }
 }
 
-fn probes(reps: usize, loops: u64) -> Result<()> {
+fn probes(reps: usize, loops: u64, pinned: bool) -> Result<()> {
     let bin = build_release()?;
     for tool in ["perf", "bpftrace"] {
         if Command::new("which")
@@ -229,7 +227,12 @@ fn probes(reps: usize, loops: u64) -> Result<()> {
     let out_dir = workspace_root().join("target/bench");
     std::fs::create_dir_all(&out_dir)?;
     let mut results = Vec::new();
-    for placement in [Placement::OneCpu, Placement::Free] {
+    let placements: &[Placement] = if pinned {
+        &[Placement::OneCpu]
+    } else {
+        &[Placement::OneCpu, Placement::Free]
+    };
+    for &placement in placements {
         let order = Variant::ALL;
         let mut samples: Vec<(Variant, Sample)> = Vec::new();
         for rep in 0..reps {
@@ -305,10 +308,9 @@ fn report(placement: Placement, samples: &[(Variant, Sample)], loops: u64) -> Va
     for v in [
         Variant::Correlator,
         Variant::CorrelatorStacks,
-        Variant::CorrelatorSampled,
-        Variant::CorrelatorWithoutContext,
+        Variant::CorrelatorExact,
         Variant::Floor,
-        Variant::FloorSampled,
+        Variant::FloorExact,
         Variant::Bpftrace,
     ] {
         let mut total: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
@@ -400,39 +402,25 @@ fn measure(
         Variant::Bare => None,
         Variant::Correlator
         | Variant::CorrelatorStacks
-        | Variant::CorrelatorSampled
-        | Variant::CorrelatorWithoutContext
-        | Variant::CorrelatorWithoutLocks
+        | Variant::CorrelatorExact
         | Variant::CorrelatorNoStats
         | Variant::Floor
-        | Variant::FloorSampled
-        | Variant::FloorSampledNoStats => {
+        | Variant::FloorExact
+        | Variant::FloorNoStats => {
             let mut cmd = Command::new(bin);
             cmd.arg("record");
             if variant == Variant::CorrelatorStacks {
                 cmd.arg("--stacks");
             }
-            if matches!(
-                variant,
-                Variant::CorrelatorSampled | Variant::FloorSampled | Variant::FloorSampledNoStats
-            ) {
-                cmd.args(["--syscall-time", "sampled"]);
+            if matches!(variant, Variant::CorrelatorExact | Variant::FloorExact) {
+                cmd.args(["--syscall-time", "exact"]);
             }
-            if variant == Variant::CorrelatorWithoutContext {
-                cmd.env("CORRELATOR_NO_SYSCALL_CONTEXT", "1");
-            }
-            if variant == Variant::CorrelatorWithoutLocks {
-                cmd.env("CORRELATOR_NO_LOCK_SPIN", "1");
-            }
-            if matches!(
-                variant,
-                Variant::CorrelatorNoStats | Variant::FloorSampledNoStats
-            ) {
+            if matches!(variant, Variant::CorrelatorNoStats | Variant::FloorNoStats) {
                 cmd.env("CORRELATOR_NO_BPF_STATS", "1");
             }
             if matches!(
                 variant,
-                Variant::Floor | Variant::FloorSampled | Variant::FloorSampledNoStats
+                Variant::Floor | Variant::FloorExact | Variant::FloorNoStats
             ) {
                 cmd.env("CORRELATOR_FLOOR_ONLY", "1");
             }
@@ -485,11 +473,10 @@ fn measure(
         (
             Variant::Correlator
             | Variant::CorrelatorStacks
-            | Variant::CorrelatorSampled
-            | Variant::CorrelatorWithoutContext
+            | Variant::CorrelatorExact
             | Variant::CorrelatorNoStats
             | Variant::Floor
-            | Variant::FloorSampled,
+            | Variant::FloorExact,
             Some(c),
         ) => {
             c.wait()?;

@@ -1,8 +1,10 @@
-//! `cargo xtask bench watch`: what `correlator watch` costs a real server
-//! at saturation. Debian's redis-server pinned to CPU 1, driven as fast as
-//! it goes by `redis-benchmark` (GET, 50 connections) pinned to CPU 0, with
-//! nothing attached, with `watch --syscalls` (its default: no syscall
-//! hooks) and with `watch --syscalls --syscall-time exact`, interleaved.
+//! `cargo xtask bench watch`: what `correlator watch` and `record` (the
+//! probes `run` attaches) cost a real server at saturation. Debian's
+//! redis-server pinned to CPU 1, driven as fast as it goes by
+//! `redis-benchmark` (GET, 50 connections) pinned to CPU 0, with nothing
+//! attached, with `watch --syscalls` and `record` as they run by default
+//! (no syscall hooks), and with each of them given `--syscall-time exact`,
+//! interleaved.
 //! The cost is the throughput redis-benchmark reports, as a ratio of the
 //! median against nothing attached.
 
@@ -22,16 +24,37 @@ enum Variant {
     Bare,
     Watch,
     WatchExact,
+    Record,
+    RecordExact,
 }
 
 impl Variant {
-    const ALL: [Variant; 3] = [Variant::Bare, Variant::Watch, Variant::WatchExact];
+    const ALL: [Variant; 5] = [
+        Variant::Bare,
+        Variant::Watch,
+        Variant::Record,
+        Variant::WatchExact,
+        Variant::RecordExact,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Variant::Bare => "not attached",
             Variant::Watch => "watch --syscalls",
             Variant::WatchExact => "watch --syscalls --syscall-time exact",
+            Variant::Record => "record (run's probes)",
+            Variant::RecordExact => "record --syscall-time exact",
+        }
+    }
+
+    /// The correlator command line, without the target.
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Variant::Bare => &[],
+            Variant::Watch => &["watch", "--syscalls"],
+            Variant::WatchExact => &["watch", "--syscalls", "--syscall-time", "exact"],
+            Variant::Record => &["record", "--duration", "600s"],
+            Variant::RecordExact => &["record", "--duration", "600s", "--syscall-time", "exact"],
         }
     }
 }
@@ -69,23 +92,27 @@ pub fn run(reps: usize) -> Result<()> {
     let server = crate::bench_redis::start_redis(1, port)?;
     let pid = server.0.id();
     let out = std::path::Path::new("target/bench/watch-bench");
+    let run_file = std::path::PathBuf::from("target/bench/record-bench.run");
     let mut rows: Vec<(Variant, f64)> = Vec::new();
     for rep in 0..reps {
         for v in Variant::ALL {
             let watcher = match v {
                 Variant::Bare => None,
-                Variant::Watch | Variant::WatchExact => {
+                _ => {
                     let _ = std::fs::remove_dir_all(out);
+                    let _ = std::fs::remove_file(&run_file);
                     let mut c = Command::new(&bin);
-                    c.args(["watch", "--syscalls", "--pid"])
+                    c.args(v.args())
+                        .arg("--pid")
                         .arg(pid.to_string())
                         .arg("--out")
-                        .arg(out)
+                        .arg(if v.args()[0] == "watch" {
+                            out
+                        } else {
+                            run_file.as_path()
+                        })
                         .stdout(Stdio::null())
                         .stderr(Stdio::null());
-                    if v == Variant::WatchExact {
-                        c.args(["--syscall-time", "exact"]);
-                    }
                     let child = Stopped(c.spawn()?);
                     // Attached well before the load starts.
                     std::thread::sleep(Duration::from_secs(3));

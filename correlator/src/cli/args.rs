@@ -321,14 +321,15 @@ pub struct ProbeArgs {
     /// pointers: binaries built without them yield their leaf function.
     #[arg(long)]
     pub stacks: bool,
-    /// How syscall time is measured. `exact` hooks every syscall's entry
-    /// and exit: each call's kernel time to the ns, but every syscall on
-    /// the machine takes the kernel's slower path (~10% of a syscall-bound
-    /// server's throughput). `sampled` hooks none: wait sites come from the
-    /// registers a thread saved entering the kernel, syscall time on the
-    /// CPU from the on-CPU samples, and --syscalls latency from the socket
-    /// tracepoints. Default: exact for `record` and `run`, sampled for
-    /// `watch` (always on).
+    /// How syscall time is measured. `sampled` (the default) hooks no
+    /// syscall: wait sites come from the registers a thread saved entering
+    /// the kernel, syscall time on the CPU from the on-CPU samples (± one
+    /// sample period per sample), and --syscalls latency from the socket
+    /// tracepoints. `exact` hooks every syscall's entry and exit: each
+    /// call's kernel time to the ns and a record of each long call, but
+    /// every syscall on the machine then takes the kernel's slower path
+    /// (~10% of a syscall-bound server's throughput; the report says what
+    /// it cost).
     #[arg(long, value_enum, value_name = "HOW")]
     pub syscall_time: Option<crate::probes::SyscallTime>,
     #[command(flatten)]
@@ -336,19 +337,15 @@ pub struct ProbeArgs {
 }
 
 impl ProbeArgs {
-    /// The probe settings, with `default_syscall_time` unless
-    /// `--syscall-time` was given.
-    pub fn config(
-        &self,
-        default_syscall_time: crate::probes::SyscallTime,
-    ) -> anyhow::Result<crate::probes::ProbeConfig> {
+    /// The probe settings.
+    pub fn config(&self) -> anyhow::Result<crate::probes::ProbeConfig> {
         Ok(crate::probes::ProbeConfig {
             follow_children: self.follow_children,
             min_offcpu_record: self.min_offcpu,
             passive: self.passive.source()?,
             sample_hz: self.sample_hz,
             stacks: self.stacks,
-            syscall_time: self.syscall_time.unwrap_or(default_syscall_time),
+            syscall_time: self.syscall_time.unwrap_or_default(),
             from_arrival: self.passive.from_arrival,
             ..crate::probes::ProbeConfig::default()
         })

@@ -19,7 +19,7 @@ pub fn run(a: &RecordArgs) -> Result<ExitCode> {
         probes: ProbeConfig {
             bucket: a.bucket,
             ring_bytes: a.ring_bytes,
-            ..a.probes.config(crate::probes::SyscallTime::Exact)?
+            ..a.probes.config()?
         },
         progress: !a.quiet && std::io::stderr().is_terminal(),
     };

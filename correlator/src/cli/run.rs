@@ -29,7 +29,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let opts = crate::run::RunOptions {
         pid: args.pid,
         load,
-        probes: args.probes.config(crate::probes::SyscallTime::Exact)?,
+        probes: args.probes.config()?,
         analysis: args.outputs.analysis(),
         outputs: out.clone(),
         progress: !args.quiet && std::io::stderr().is_terminal(),

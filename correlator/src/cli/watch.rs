@@ -26,7 +26,7 @@ pub fn run(a: &WatchArgs) -> Result<ExitCode> {
     }
     let summary = watch::watch(WatchOptions {
         target,
-        probes: a.probes.config(crate::probes::SyscallTime::Sampled)?,
+        probes: a.probes.config()?,
         keep: a.keep,
         after: a.after,
         window: a.window,

@@ -22,12 +22,11 @@ use crate::{latency::passive::PassiveSource, target::Asleep, timeline::syscalls}
 /// BTF tracepoints attached (program name = tracepoint name). BTF
 /// tracepoints skip the classic tracepoints' formatting of every event into
 /// a perf buffer, which alone slowed a context-switch heavy load by ~10%.
-pub const TRACEPOINTS: [&str; 24] = [
+pub const TRACEPOINTS: [&str; 23] = [
     "sys_enter",
     "sys_exit",
     "sched_switch",
     "sched_waking",
-    "sched_wakeup",
     "sched_migrate_task",
     "task_newtask",
     "sched_process_exit",
@@ -114,23 +113,14 @@ impl ThreadTable {
     }
 }
 
-/// Attaches every program; without `context`, not the syscall and sample
-/// programs (a cost measurement only); without `hooks` (`--syscall-time
-/// sampled`), not the syscall hooks; without `locks`, not the lock
-/// contention programs (a cost measurement only).
-pub(super) fn attach_all(
-    ebpf: &mut Ebpf,
-    btf: &aya::Btf,
-    sample_period_ns: u64,
-    context: bool,
-    hooks: bool,
-    locks: bool,
-) -> Result<()> {
+/// The syscall hooks (`--syscall-time exact`), attached on their own by
+/// [`attach_syscall_hooks`].
+pub(super) const SYSCALL_HOOKS: [&str; 2] = ["sys_enter", "sys_exit"];
+
+/// Attaches every program but the syscall hooks.
+pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &aya::Btf, sample_period_ns: u64) -> Result<()> {
     for prog in TRACEPOINTS {
-        if (!context || !hooks) && prog.starts_with("sys_") {
-            continue;
-        }
-        if !locks && prog.starts_with("contention_") {
+        if SYSCALL_HOOKS.contains(&prog) {
             continue;
         }
         attach_tracepoint(ebpf, prog, btf)?;
@@ -152,9 +142,6 @@ pub(super) fn attach_all(
                 )
                 .with_context(|| format!("cannot open software perf event {prog} on CPU {cpu}"))?;
         }
-    }
-    if !context {
-        return Ok(());
     }
     let program: &mut PerfEvent = ebpf
         .program_mut("cpu_sample")
@@ -258,6 +245,24 @@ pub(super) fn attach_ipi_senders(ebpf: &mut Ebpf) {
 /// The kernel's BTF as aya parses it (several MB: read once per attach).
 pub(super) fn kernel_btf() -> Result<aya::Btf> {
     aya::Btf::from_sys_fs().context("cannot read kernel BTF (/sys/kernel/btf/vmlinux)")
+}
+
+/// Attaches `sys_enter` and `sys_exit`, and measures what they cost every
+/// syscall on the machine beyond their programs' run time (see
+/// `calibrate`). None when that could not be measured (BPF statistics off).
+pub(super) fn attach_syscall_hooks(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+) -> Result<Option<super::calibrate::SyscallPathCost>> {
+    let unhooked_ns = super::calibrate::time_syscalls();
+    for prog in SYSCALL_HOOKS {
+        attach_tracepoint(ebpf, prog, btf)?;
+    }
+    Ok(super::calibrate::with_hooks(
+        ebpf,
+        &SYSCALL_HOOKS,
+        unhooked_ns,
+    ))
 }
 
 fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, btf: &aya::Btf) -> Result<()> {

@@ -4,6 +4,7 @@
 
 mod attach;
 pub mod btf;
+pub mod calibrate;
 mod totals;
 pub mod tracefs;
 
@@ -97,7 +98,7 @@ impl Default for ProbeConfig {
             sample_hz: 997,
             stacks: false,
             bpf_stats: true,
-            syscall_time: SyscallTime::Exact,
+            syscall_time: SyscallTime::Sampled,
             from_arrival: false,
             upstreams: true,
         }
@@ -128,13 +129,14 @@ pub enum SyscallTime {
     /// Hooks on every syscall's entry and exit (`sys_enter`/`sys_exit`):
     /// each call's time in the kernel, exactly. Attaching them sends every
     /// syscall of every task on the machine through the kernel's slower
-    /// syscall path (about 10% of a syscall-bound server's throughput).
-    #[default]
+    /// syscall path (about 10% of a syscall-bound server's throughput, 40
+    /// points of the bench's pipe load: docs/overhead.md), so it is opt-in.
     Exact,
-    /// No syscall hooks: the syscall a thread sleeps in is read from its
-    /// saved registers at each switch-out, syscall time on the CPU comes
-    /// from the on-CPU samples (with its sampling error), and `--syscalls`
-    /// pairs requests at the socket layer's tracepoints.
+    /// No syscall hooks (the default): the syscall a thread sleeps in is
+    /// read from its saved registers at each switch-out, syscall time on
+    /// the CPU comes from the on-CPU samples (with its sampling error), and
+    /// `--syscalls` pairs requests at the socket layer's tracepoints.
+    #[default]
     Sampled,
 }
 
@@ -167,6 +169,9 @@ pub struct Probes {
     ipi_senders: aya::maps::HashMap<MapData, u32, correlator_common::IpiSender>,
     /// Memory-stall events this kernel would not let the programs time.
     memory_missing: Vec<String>,
+    /// What the syscall hooks cost every syscall beyond their programs'
+    /// run time, measured when they attached (None without them).
+    syscall_path: Option<calibrate::SyscallPathCost>,
     stacks: StackTraceMap<MapData>,
     /// Stacks whose slot in `stacks` held another one; their ids are
     /// offset by `STACK_SLOTS`.
@@ -345,25 +350,16 @@ impl Probes {
                 .set(u32::try_from(nr).unwrap_or(0), &site, 0)
                 .context("writing SYSCALL_SITES")?;
         }
-        // Measurement only (the bench's "without syscall context" variant):
-        // the account then has no syscall, wait-site or sample data.
-        let context = std::env::var_os("CORRELATOR_NO_SYSCALL_CONTEXT").is_none()
-            || matches!(cfg.passive, Some(PassiveSource::Syscalls));
         let hooks = cfg.syscall_time == SyscallTime::Exact;
-        // Measurement only (the bench's "without lock spin" variant): the
-        // account then books kernel spins as the syscall's own work.
-        let locks = std::env::var_os("CORRELATOR_NO_LOCK_SPIN").is_none();
         // Parsed by aya for the BTF programs (the offsets above come from
         // our own reader): once for every program attached.
         let aya_btf = attach::kernel_btf()?;
-        attach_all(
-            &mut ebpf,
-            &aya_btf,
-            cfg.sample_period_ns(),
-            context,
-            hooks,
-            locks,
-        )?;
+        attach_all(&mut ebpf, &aya_btf, cfg.sample_period_ns())?;
+        let syscall_path = if hooks {
+            attach::attach_syscall_hooks(&mut ebpf, &aya_btf)?
+        } else {
+            None
+        };
         let memory_missing = attach_memory(&mut ebpf, &aya_btf);
         attach::attach_ipi_senders(&mut ebpf);
         if upstreams {
@@ -412,6 +408,7 @@ impl Probes {
             mem_stalls: take_map(&mut ebpf, "MEM_STALLS")?,
             ipi_senders: take_map(&mut ebpf, "IPI_SENDERS")?,
             memory_missing,
+            syscall_path,
             stacks: take_map(&mut ebpf, "STACKS")?,
             stacks_overflow: take_map(&mut ebpf, "STACKS_OVERFLOW")?,
             names: std::collections::HashMap::new(),
@@ -458,6 +455,12 @@ impl Probes {
         }
         self.stats_enabled = self._stats.is_some() || bpf_stats_sysctl_on();
         self.stats_enabled
+    }
+
+    /// What the syscall hooks cost every syscall on the machine beyond
+    /// their programs' run time, measured when they attached.
+    pub fn syscall_path(&self) -> Option<calibrate::SyscallPathCost> {
+        self.syscall_path
     }
 
     pub fn stats_enabled(&self) -> bool {

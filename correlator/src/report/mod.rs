@@ -36,6 +36,41 @@ pub struct OverheadReport {
     pub probes_cpu_ms: f64,
     pub probes_cpu_share: f64,
     pub programs: Vec<ProgramOverhead>,
+    /// With the syscall hooks (`--syscall-time exact`): the kernel's slow
+    /// syscall path they put every task's syscalls on, which the programs'
+    /// own time does not include.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscall_path: Option<SyscallPathReport>,
+}
+
+/// The syscall hooks' cost beyond their programs' run time over the run:
+/// the per-call cost measured when they attached, times the syscalls the
+/// machine made meanwhile (`sys_enter`'s run count).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SyscallPathReport {
+    pub ns_per_syscall: f64,
+    pub syscalls: u64,
+    pub cpu_ms: f64,
+    /// The calibration it comes from.
+    pub measured: crate::probes::calibrate::SyscallPathCost,
+}
+
+impl SyscallPathReport {
+    fn of(overhead: &crate::runfile::Overhead) -> Option<Self> {
+        let measured = overhead.syscall_path?;
+        let syscalls = overhead
+            .programs
+            .iter()
+            .find(|p| p.name == "sys_enter")?
+            .run_count;
+        let ns_per_syscall = measured.extra_ns();
+        Some(Self {
+            ns_per_syscall,
+            syscalls,
+            cpu_ms: ns_per_syscall * syscalls as f64 / 1e6,
+            measured,
+        })
+    }
 }
 
 /// Plot series, downsampled to a bounded number of bins.
@@ -266,6 +301,7 @@ impl Report {
                 probes_cpu_ms: probes_ns as f64 / 1e6,
                 probes_cpu_share: probes_ns as f64 / run.duration_ns().max(1) as f64,
                 programs,
+                syscall_path: SyscallPathReport::of(&run.overhead),
             },
             code_paths,
             families,

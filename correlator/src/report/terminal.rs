@@ -194,6 +194,18 @@ pub fn render(r: &Report) -> String {
             busiest.join(", ")
         }
     );
+    if let Some(p) = &r.overhead.syscall_path {
+        let _ = writeln!(
+            out,
+            "           + the syscall hooks' slow path, not in the programs' time: {:.1} ms of CPU ({:.0} ns × {} syscalls on the machine; getppid() {:.0} → {:.0} ns with the hooks, {:.0} ns of it their programs, measured at attach)",
+            p.cpu_ms,
+            p.ns_per_syscall,
+            p.syscalls,
+            p.measured.unhooked_ns,
+            p.measured.hooked_ns,
+            p.measured.programs_ns
+        );
+    }
     if e.lost > 0 {
         let _ = writeln!(
             out,

@@ -208,6 +208,10 @@ pub struct Overhead {
     /// Whether the kernel's BPF run-time statistics were on during the run.
     pub stats_enabled: bool,
     pub programs: Vec<ProgramCost>,
+    /// With the syscall hooks: what they cost every syscall on the machine
+    /// beyond their programs' run time, measured when they attached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscall_path: Option<crate::probes::calibrate::SyscallPathCost>,
 }
 
 /// Machine facts recorded with every result.
@@ -311,7 +315,8 @@ pub struct RunFile {
     /// How syscall time was measured (`exact` in run files from before
     /// `--syscall-time`): with `sampled`, `syscalls` and `syscall_totals`
     /// are empty and syscall time on the CPU comes from the samples.
-    #[serde(default)]
+    /// Runs written before the field existed hooked every syscall.
+    #[serde(default = "exact_syscall_time")]
     pub syscall_time: crate::probes::SyscallTime,
     /// On-CPU samples taken of target threads.
     #[serde(default)]
@@ -709,3 +714,8 @@ fn rows_padded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<BucketRow>,
 
 #[cfg(test)]
 mod tests;
+
+/// How runs written before `syscall_time` was stored measured syscalls.
+fn exact_syscall_time() -> crate::probes::SyscallTime {
+    crate::probes::SyscallTime::Exact
+}

@@ -189,6 +189,7 @@ impl FlightRecorder {
             overhead: Overhead {
                 stats_enabled: !w.programs.is_empty(),
                 programs: w.programs,
+                syscall_path: None,
             },
             notes,
             server_latency,

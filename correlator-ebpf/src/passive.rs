@@ -113,9 +113,9 @@ fn socket_transfer(ctx: &BtfTracePointContext, reading: bool) {
     // pointer and allows no arithmetic on it).
     let sk: u64 = arg(ctx, 0);
     if config!(upstreams) != 0 {
-        let addr = sk_address(ctx);
-        if is_upstream(addr) {
-            upstream_transfer(sk, addr, pid_tgid, reading, ret as u64);
+        let sock: *const u8 = arg(ctx, 0);
+        if is_upstream(sock) {
+            upstream_transfer(sk, sock, ctx, pid_tgid, reading, ret as u64);
             // Not a request to the server: never paired as one.
             return;
         }
@@ -156,27 +156,47 @@ fn sk_field<T: Default>(sk: u64, offset: u64) -> T {
     unsafe { bpf_probe_read_kernel((sk + offset) as *const T) }.unwrap_or_default()
 }
 
+/// A field of the socket a socket tracepoint was given, by a direct load
+/// through its BTF-typed pointer (the offsets are frozen load-time
+/// constants the verifier checks against `struct sock`): these run for
+/// every socket transfer of the target, where a `bpf_probe_read_kernel`
+/// per field was a helper call each (three to classify a socket, costly
+/// with this kernel's return thunks).
+#[inline(always)]
+fn sock_field<T: Copy>(sock: *const u8, offset: u64) -> T {
+    // SAFETY: `sock` is the tracepoint's `struct sock *`; the verifier
+    // checks the access.
+    unsafe { core::ptr::read_unaligned(sock.add(offset as usize).cast::<T>()) }
+}
+
 /// An IPv4 or IPv6 socket with a peer whose local port the target does
 /// not listen on: a connection the target opened (an upstream), not one
 /// it accepted.
 #[inline(always)]
-fn is_upstream(sk: u64) -> bool {
-    let family: u16 = sk_field(sk, config!(skc_family_offset));
+fn is_upstream(sock: *const u8) -> bool {
+    let family: u16 = sock_field(sock, config!(skc_family_offset));
     if family != AF_INET && family != AF_INET6 {
         return false;
     }
-    let local: u16 = sk_field(sk, config!(skc_num_offset));
+    let local: u16 = sock_field(sock, config!(skc_num_offset));
     if LISTEN_PORTS.get_ptr(&local).is_some() {
         return false;
     }
-    sk_field::<u16>(sk, config!(skc_dport_offset)) != 0
+    sock_field::<u16>(sock, config!(skc_dport_offset)) != 0
 }
 
 /// A send on an upstream connection starts an exchange (unless one is in
 /// flight: a request in several writes); the next read that returns data
 /// ends it with a record.
 #[inline(always)]
-fn upstream_transfer(key: u64, sk: u64, pid_tgid: u64, reading: bool, bytes: u64) {
+fn upstream_transfer(
+    key: u64,
+    sock: *const u8,
+    ctx: &BtfTracePointContext,
+    pid_tgid: u64,
+    reading: bool,
+    bytes: u64,
+) {
     let ts = now();
     let tid = pid_tgid as u32;
     let Some(u) = UPSTREAM_CONNS.get_ptr_mut(&key) else {
@@ -217,15 +237,15 @@ fn upstream_transfer(key: u64, sk: u64, pid_tgid: u64, reading: bool, bytes: u64
             total_add(Total::UpstreamsLost);
             return;
         };
-        let family: u16 = sk_field(sk, config!(skc_family_offset));
+        let family: u16 = sock_field(sock, config!(skc_family_offset));
         let mut addr = [0u8; 16];
         if family == AF_INET {
-            let v4: [u8; 4] = sk_field(sk, config!(skc_daddr_offset));
+            let v4: [u8; 4] = sock_field(sock, config!(skc_daddr_offset));
             addr[..4].copy_from_slice(&v4);
         } else {
-            addr = sk_field(sk, config!(skc_v6_daddr_offset));
+            addr = sock_field(sock, config!(skc_v6_daddr_offset));
         }
-        let port = u16::from_be(sk_field(sk, config!(skc_dport_offset)));
+        let port = u16::from_be(sock_field(sock, config!(skc_dport_offset)));
         let arrived = (*u).arrived_ns;
         entry.write(UpstreamRecord {
             tgid: (pid_tgid >> 32) as u32,
@@ -234,7 +254,7 @@ fn upstream_transfer(key: u64, sk: u64, pid_tgid: u64, reading: bool, bytes: u64
             family,
             port,
             addr,
-            conn: conn_label(sk),
+            conn: conn_label(sk_address(ctx)),
             bytes_out: (*u).bytes_out,
             sent_ns: sent,
             arrived_ns: if arrived >= sent && arrived <= ts {

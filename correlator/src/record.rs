@@ -20,7 +20,7 @@ use crate::runfile::{Capture, Overhead, RunFile, StopReason, compact, journal};
 use crate::{
     clock,
     latency::passive::Passive,
-    probes::{ProbeConfig, Probes},
+    probes::{ProbeConfig, Probes, stats_windows::StatsWindows},
     target::Target,
     timeline::{Timeline, steal::StealSampler},
 };
@@ -144,6 +144,11 @@ pub async fn capture(
         _ => None,
     };
     let mut ticks = 0u32;
+    // BPF statistics on one second in ten (see `stats_windows`); not when
+    // the caller turned them off.
+    let mut stats_windows = probes
+        .stats_enabled()
+        .then(|| StatsWindows::start(started_ns, probes.costs()));
     // Server-side requests since the journal's last frame.
     let mut journal_requests = Vec::new();
     eprintln!(
@@ -169,6 +174,15 @@ pub async fn capture(
             _ = tick.tick() => {
                 probes.drain(&mut timeline)?;
                 steal.sample(clock::monotonic_ns());
+                if let Some(w) = stats_windows.as_mut() {
+                    match w.tick(started_ns, clock::monotonic_ns(), || probes.costs()) {
+                        Some(false) => {
+                            probes.set_stats(false);
+                        }
+                        Some(true) if !probes.set_stats(true) => w.refused(),
+                        _ => {}
+                    }
+                }
                 if let Some(p) = &mut passive {
                     probes.drain_requests(|r| {
                         if p.push(r) && journal.is_some() {
@@ -211,12 +225,15 @@ pub async fn capture(
     if let Some(bar) = session.bar {
         bar.finish_and_clear();
     }
-    let stats_enabled = probes.stats_enabled();
+    let stats_enabled = stats_windows.is_some();
+    if let Some(w) = stats_windows.as_mut() {
+        w.close(ended_ns, probes.costs());
+    }
     let syscall_path = probes.syscall_path();
     let steal_measured = probes.steal_measured();
     let memory_missing = probes.memory_missing().to_vec();
     let crate::probes::Finished {
-        programs,
+        programs: all_programs,
         kernel,
         stacks,
     } = probes.finish(&mut timeline, |r| {
@@ -224,6 +241,15 @@ pub async fn capture(
             p.push(r);
         }
     })?;
+    // With the statistics sampled, the programs' costs are the windows';
+    // without statistics, the (zero) cumulative ones say so.
+    let (programs, sampled_ns) = match stats_windows {
+        Some(w) => {
+            let (programs, sampled) = w.finish();
+            (programs, Some(sampled))
+        }
+        None => (all_programs, None),
+    };
     // Now, while the process (and its mappings) are still there.
     let stacks = if cfg.stacks {
         crate::symbols::symbolize(target.pid, &stacks)
@@ -296,6 +322,7 @@ pub async fn capture(
             stats_enabled,
             programs,
             syscall_path,
+            sampled_ns,
         },
         notes,
         server_latency,

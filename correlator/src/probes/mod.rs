@@ -5,6 +5,7 @@
 mod attach;
 pub mod btf;
 pub mod calibrate;
+pub mod stats_windows;
 mod totals;
 pub mod tracefs;
 

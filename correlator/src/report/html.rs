@@ -557,7 +557,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 {server_side}
 <h2>Where each episode's time went</h2>{account}
 {flame}
-<h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run){slow_path}; lost kernel records/events: {lost}</p>
+<h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run{sampled}){slow_path}; lost kernel records/events: {lost}</p>
 <ul>{notes}</ul></body></html>"#,
         comm = esc(&r.target.comm),
         heat = heatmaps(r),
@@ -582,6 +582,10 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
         flame = flame_section(r),
         probe_ms = r.overhead.probes_cpu_ms,
         probe_share = r.overhead.probes_cpu_share * 100.0,
+        sampled = r.overhead.stats_sampled_ns.map_or(String::new(), |s| format!(
+            "; BPF statistics on for {:.1} s of it, scaled",
+            s as f64 / 1e9
+        )),
         slow_path = r.overhead.syscall_path.as_ref().map_or(String::new(), |p| format!(
             ", and the syscall hooks' slow path {:.1} ms more ({:.0} ns × {} syscalls on the machine, measured at attach; not in the programs' time)",
             p.cpu_ms, p.ns_per_syscall, p.syscalls

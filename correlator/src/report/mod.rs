@@ -35,7 +35,14 @@ pub struct OverheadReport {
     /// Total CPU time the probes took, and as a share of the run's wall time.
     pub probes_cpu_ms: f64,
     pub probes_cpu_share: f64,
+    /// Run counts over the whole run; with `stats_sampled_ns`, the sampled
+    /// windows' counts scaled to the run's length.
     pub programs: Vec<ProgramOverhead>,
+    /// How long the BPF statistics were on (one second in ten): the
+    /// programs' costs were measured then and scaled to the run. Absent:
+    /// measured over the whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats_sampled_ns: Option<u64>,
     /// With the syscall hooks (`--syscall-time exact`): the kernel's slow
     /// syscall path they put every task's syscalls on, which the programs'
     /// own time does not include.
@@ -56,13 +63,12 @@ pub struct SyscallPathReport {
 }
 
 impl SyscallPathReport {
-    fn of(overhead: &crate::runfile::Overhead) -> Option<Self> {
-        let measured = overhead.syscall_path?;
-        let syscalls = overhead
-            .programs
-            .iter()
-            .find(|p| p.name == "sys_enter")?
-            .run_count;
+    fn of(
+        measured: Option<crate::probes::calibrate::SyscallPathCost>,
+        programs: &[ProgramOverhead],
+    ) -> Option<Self> {
+        let measured = measured?;
+        let syscalls = programs.iter().find(|p| p.name == "sys_enter")?.run_count;
         let ns_per_syscall = measured.extra_ns();
         Some(Self {
             ns_per_syscall,
@@ -238,6 +244,12 @@ impl Report {
             families,
             code_paths,
         } = analysis::analyze(run, latency, opts);
+        // Sampled statistics stand for the whole run, scaled by its length.
+        let scale = run
+            .overhead
+            .sampled_ns
+            .filter(|&s| s > 0)
+            .map_or(1.0, |s| run.duration_ns() as f64 / s as f64);
         let programs: Vec<ProgramOverhead> = run
             .overhead
             .programs
@@ -245,11 +257,17 @@ impl Report {
             .filter(|p| p.run_count > 0)
             .map(|p| ProgramOverhead {
                 name: p.name.clone(),
-                run_count: p.run_count,
+                run_count: (p.run_count as f64 * scale).round() as u64,
                 ns_per_run: p.ns_per_run,
             })
             .collect();
-        let probes_ns: u64 = run.overhead.programs.iter().map(|p| p.run_time_ns).sum();
+        let probes_ns = run
+            .overhead
+            .programs
+            .iter()
+            .map(|p| p.run_time_ns)
+            .sum::<u64>() as f64
+            * scale;
         let mut notes = run.notes.clone();
         if run.totals.lost > 0 {
             notes.push(format!(
@@ -298,10 +316,11 @@ impl Report {
             classification,
             overhead: OverheadReport {
                 stats_enabled: run.overhead.stats_enabled,
-                probes_cpu_ms: probes_ns as f64 / 1e6,
-                probes_cpu_share: probes_ns as f64 / run.duration_ns().max(1) as f64,
+                probes_cpu_ms: probes_ns / 1e6,
+                probes_cpu_share: probes_ns / run.duration_ns().max(1) as f64,
+                syscall_path: SyscallPathReport::of(run.overhead.syscall_path, &programs),
+                stats_sampled_ns: run.overhead.sampled_ns,
                 programs,
-                syscall_path: SyscallPathReport::of(&run.overhead),
             },
             code_paths,
             families,

@@ -185,9 +185,15 @@ pub fn render(r: &Report) -> String {
     };
     let _ = writeln!(
         out,
-        "OVERHEAD   probes used {:.1} ms of CPU ({:.2}% of the run); busiest: {}",
+        "OVERHEAD   probes used {:.1} ms of CPU ({:.2}% of the run{}); busiest: {}",
         r.overhead.probes_cpu_ms,
         r.overhead.probes_cpu_share * 100.0,
+        r.overhead
+            .stats_sampled_ns
+            .map_or(String::new(), |s| format!(
+                "; BPF statistics on for {:.1} s of it, scaled",
+                s as f64 / 1e9
+            )),
         if busiest.is_empty() {
             "unknown (BPF stats off)".into()
         } else {

@@ -212,6 +212,11 @@ pub struct Overhead {
     /// beyond their programs' run time, measured when they attached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syscall_path: Option<crate::probes::calibrate::SyscallPathCost>,
+    /// How long the BPF statistics were sampled (`programs` covers those
+    /// windows: see `probes::stats_windows`); None: the whole run (runs
+    /// written before the statistics were sampled, watch's windows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_ns: Option<u64>,
 }
 
 /// Machine facts recorded with every result.

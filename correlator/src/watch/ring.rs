@@ -190,6 +190,7 @@ impl FlightRecorder {
                 stats_enabled: !w.programs.is_empty(),
                 programs: w.programs,
                 syscall_path: None,
+                sampled_ns: None,
             },
             notes,
             server_latency,

@@ -123,6 +123,30 @@ pub struct ProgramCost {
     pub ns_per_run: f64,
 }
 
+impl ProgramCost {
+    pub fn new(name: String, run_count: u64, run_time_ns: u64) -> Self {
+        Self {
+            name,
+            run_count,
+            run_time_ns,
+            ns_per_run: if run_count == 0 {
+                0.0
+            } else {
+                run_time_ns as f64 / run_count as f64
+            },
+        }
+    }
+
+    /// This program's runs and run time since `before` (statistics read
+    /// earlier; a program missing there counts from zero).
+    pub fn since(&self, before: &[ProgramCost]) -> Self {
+        let b = before.iter().find(|b| b.name == self.name);
+        let runs = self.run_count - b.map_or(0, |b| b.run_count.min(self.run_count));
+        let ns = self.run_time_ns - b.map_or(0, |b| b.run_time_ns.min(self.run_time_ns));
+        Self::new(self.name.clone(), runs, ns)
+    }
+}
+
 /// How the kernel time of a target thread's syscalls is measured.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -604,16 +628,7 @@ impl Probes {
                 let info = prog.info().ok()?;
                 let run_count = info.run_count();
                 let run_time_ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
-                Some(ProgramCost {
-                    name: name.to_string(),
-                    run_count,
-                    run_time_ns,
-                    ns_per_run: if run_count == 0 {
-                        0.0
-                    } else {
-                        run_time_ns as f64 / run_count as f64
-                    },
-                })
+                Some(ProgramCost::new(name.to_string(), run_count, run_time_ns))
             })
             .collect();
         costs.sort_by(|a, b| a.name.cmp(&b.name));

@@ -82,13 +82,10 @@ impl StatsWindows {
             return;
         };
         self.sampled_ns += now.saturating_sub(from);
-        for p in after {
-            let b = before.iter().find(|b| b.name == p.name);
-            let runs = p.run_count - b.map_or(0, |b| b.run_count.min(p.run_count));
-            let ns = p.run_time_ns - b.map_or(0, |b| b.run_time_ns.min(p.run_time_ns));
+        for p in after.iter().map(|p| p.since(&before)) {
             let e = self.sums.entry(p.name).or_default();
-            e.0 += runs;
-            e.1 += ns;
+            e.0 += p.run_count;
+            e.1 += p.run_time_ns;
         }
     }
 
@@ -98,16 +95,7 @@ impl StatsWindows {
         let programs = self
             .sums
             .into_iter()
-            .map(|(name, (run_count, run_time_ns))| ProgramCost {
-                name,
-                run_count,
-                run_time_ns,
-                ns_per_run: if run_count == 0 {
-                    0.0
-                } else {
-                    run_time_ns as f64 / run_count as f64
-                },
-            })
+            .map(|(name, (run_count, run_time_ns))| ProgramCost::new(name, run_count, run_time_ns))
             .collect();
         (programs, self.sampled_ns)
     }

@@ -702,24 +702,7 @@ fn sample_stats(a: &mut Attached, now: u64, n: u64, m: &Metrics) {
         let after = a.probes.costs();
         a.probes.set_stats(false);
         let secs = now.saturating_sub(from);
-        let costs: Vec<ProgramCost> = after
-            .iter()
-            .map(|p| {
-                let b = before.iter().find(|b| b.name == p.name);
-                let runs = p.run_count - b.map_or(0, |b| b.run_count.min(p.run_count));
-                let ns = p.run_time_ns - b.map_or(0, |b| b.run_time_ns.min(p.run_time_ns));
-                ProgramCost {
-                    name: p.name.clone(),
-                    run_count: runs,
-                    run_time_ns: ns,
-                    ns_per_run: if runs == 0 {
-                        0.0
-                    } else {
-                        ns as f64 / runs as f64
-                    },
-                }
-            })
-            .collect();
+        let costs: Vec<ProgramCost> = after.iter().map(|p| p.since(&before)).collect();
         let total: u64 = costs.iter().map(|c| c.run_time_ns).sum();
         if secs > 0 {
             m.probe_cpu_share.set(total as f64 / secs as f64);

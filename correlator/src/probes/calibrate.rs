@@ -9,8 +9,10 @@
 
 use std::time::Instant;
 
-use aya::{Ebpf, programs::Program};
+use aya::Ebpf;
 use serde::{Deserialize, Serialize};
+
+use super::ProgramCost;
 
 /// Calls per batch: ~2-10 ms each on this VM, short enough that most
 /// batches run without a preemption or a host stall.
@@ -56,10 +58,8 @@ pub(super) fn time_syscalls() -> f64 {
 /// Run time and run count of the programs named in `names`, summed.
 fn stats_of(ebpf: &Ebpf, names: &[&str]) -> Option<(u64, u64)> {
     names.iter().try_fold((0u64, 0u64), |(ns, n), name| {
-        let prog: &Program = ebpf.program(name)?;
-        let info = prog.info().ok()?;
-        let ran = u64::try_from(info.run_time().as_nanos()).ok()?;
-        Some((ns + ran, n + info.run_count()))
+        let cost = ProgramCost::of_program(name, ebpf.program(name)?)?;
+        Some((ns + cost.run_time_ns, n + cost.run_count))
     })
 }
 

@@ -137,6 +137,14 @@ impl ProgramCost {
         }
     }
 
+    /// A loaded program's cost so far, from the kernel's BPF statistics
+    /// (None when its info cannot be read).
+    pub fn of_program(name: &str, prog: &aya::programs::Program) -> Option<Self> {
+        let info = prog.info().ok()?;
+        let run_time_ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
+        Some(Self::new(name.to_string(), info.run_count(), run_time_ns))
+    }
+
     /// This program's runs and run time since `before` (statistics read
     /// earlier; a program missing there counts from zero).
     pub fn since(&self, before: &[ProgramCost]) -> Self {
@@ -624,12 +632,7 @@ impl Probes {
         };
         let mut costs: Vec<ProgramCost> = ebpf
             .programs()
-            .filter_map(|(name, prog)| {
-                let info = prog.info().ok()?;
-                let run_count = info.run_count();
-                let run_time_ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
-                Some(ProgramCost::new(name.to_string(), run_count, run_time_ns))
-            })
+            .filter_map(|(name, prog)| ProgramCost::of_program(name, prog))
             .collect();
         costs.sort_by(|a, b| a.name.cmp(&b.name));
         costs

@@ -582,10 +582,10 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
         flame = flame_section(r),
         probe_ms = r.overhead.probes_cpu_ms,
         probe_share = r.overhead.probes_cpu_share * 100.0,
-        sampled = r.overhead.stats_sampled_ns.map_or(String::new(), |s| format!(
-            "; BPF statistics on for {:.1} s of it, scaled",
-            s as f64 / 1e9
-        )),
+        sampled = r
+            .overhead
+            .sampled_note()
+            .map_or(String::new(), |n| format!("; {n}")),
         slow_path = r.overhead.syscall_path.as_ref().map_or(String::new(), |p| format!(
             ", and the syscall hooks' slow path {:.1} ms more ({:.0} ns × {} syscalls on the machine, measured at attach; not in the programs' time)",
             p.cpu_ms, p.ns_per_syscall, p.syscalls

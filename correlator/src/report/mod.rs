@@ -62,6 +62,19 @@ pub struct SyscallPathReport {
     pub measured: crate::probes::calibrate::SyscallPathCost,
 }
 
+impl OverheadReport {
+    /// How the programs' costs were measured, when from sampled windows
+    /// of BPF statistics: said beside the figure (terminal and HTML).
+    pub fn sampled_note(&self) -> Option<String> {
+        self.stats_sampled_ns.map(|s| {
+            format!(
+                "BPF statistics on for {:.1} s of it, scaled",
+                s as f64 / 1e9
+            )
+        })
+    }
+}
+
 impl SyscallPathReport {
     fn of(
         measured: Option<crate::probes::calibrate::SyscallPathCost>,

@@ -189,11 +189,8 @@ pub fn render(r: &Report) -> String {
         r.overhead.probes_cpu_ms,
         r.overhead.probes_cpu_share * 100.0,
         r.overhead
-            .stats_sampled_ns
-            .map_or(String::new(), |s| format!(
-                "; BPF statistics on for {:.1} s of it, scaled",
-                s as f64 / 1e9
-            )),
+            .sampled_note()
+            .map_or(String::new(), |n| format!("; {n}")),
         if busiest.is_empty() {
             "unknown (BPF stats off)".into()
         } else {

@@ -69,8 +69,8 @@ enum Server {
 
 /// Runs `server` with its cause switched on after `CLEAN`, the external
 /// load, and watch; `during` runs while watch does (given the metrics
-/// port).
-fn watch_scenario(server: Server, during: impl FnOnce(u16)) -> Outcome {
+/// port), and what it returns lives until watch has ended.
+fn watch_scenario<T>(server: Server, during: impl FnOnce(u16) -> T) -> (Outcome, T) {
     let name = match server {
         Server::Demo(s) => s,
         Server::PeriodicFaults => "periodic-faults",
@@ -130,7 +130,7 @@ fn watch_scenario(server: Server, during: impl FnOnce(u16)) -> Outcome {
         .spawn()
         .expect("watch");
     let (lines, reader) = collect_lines(watch.stderr.take().expect("stderr"));
-    during(port);
+    let kept = during(port);
     let status = watch.wait().expect("watch exits");
     reader.join().expect("reader");
     assert!(status.success(), "watch failed: {status}");
@@ -150,12 +150,13 @@ fn watch_scenario(server: Server, during: impl FnOnce(u16)) -> Outcome {
         .iter()
         .find_map(|(_, l)| report_dir(l))
         .map(Path::to_path_buf);
-    Outcome {
+    let o = Outcome {
         first_event_ns,
         reports,
         first_dir,
         started_ns,
-    }
+    };
+    (o, kept)
 }
 
 /// The external client: `correlator load` at 2,000 req/s on CPU 0 (the
@@ -275,8 +276,12 @@ fn check_trace(dir: &Path) {
 }
 
 live_test! {
+    /// Also the metrics' consumers: a real Prometheus (exemplar storage
+    /// on) scrapes watch every second; the latency buckets' exemplars must
+    /// lead to report directories watch wrote, and every query of the
+    /// shipped Grafana dashboard must return data.
     fn watch_reports_a_sporadic_cause_and_prometheus_scrapes_it() {
-        let o = watch_scenario(Server::Demo("blocking"), |port| {
+        let (o, prom) = watch_scenario(Server::Demo("blocking"), |port| {
             let prom = Prometheus::start(port);
             // Scraped every second; give it some scrapes.
             std::thread::sleep(Duration::from_secs(15));
@@ -288,10 +293,113 @@ live_test! {
             let buckets = prom.query("sum(correlator_request_latency_seconds_count)");
             assert!(buckets > 1_000.0, "latency histogram count = {buckets}");
             assert_eq!(prom.query("correlator_attached"), 1.0);
+            prom
         });
         let report = check(&o, "blocking");
         assert_eq!(report["classification"]["signature"], "sporadic");
+        let out = o.first_dir.as_deref().and_then(Path::parent).expect("a report directory");
+        exemplars_lead_to_reports(&prom, out, &report);
+        dashboard_queries_return_data(&prom);
     }
+}
+
+/// Every exemplar Prometheus stored on the latency buckets names a report
+/// directory under `out` that holds a report; its value lies in its bucket
+/// and is a spike (over the report's threshold); the report it names has an
+/// episode whose slowest request it is.
+fn exemplars_lead_to_reports(prom: &Prometheus, out: &Path, first: &Value) {
+    let v = prom.api(
+        "query_exemplars",
+        &[
+            ("query", "correlator_request_latency_seconds_bucket"),
+            ("start", "0"),
+            ("end", &format!("{}", unix_now() + 60)),
+        ],
+    );
+    let mut seen = 0;
+    for series in v["data"].as_array().expect("exemplar series") {
+        let le: f64 = match series["seriesLabels"]["le"].as_str().expect("le") {
+            "+Inf" => f64::INFINITY,
+            s => s.parse().expect("le"),
+        };
+        for e in series["exemplars"].as_array().expect("exemplars") {
+            let name = e["labels"]["report"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no report label: {e}"));
+            let dir = out.join(name);
+            let report = read_report(&dir);
+            let value: f64 = e["value"].as_str().expect("value").parse().expect("value");
+            assert!(value <= le, "exemplar {value} s in the bucket le={le}");
+            let threshold = report["latency"]["threshold_ns"]
+                .as_f64()
+                .expect("threshold")
+                / 1e9;
+            assert!(
+                value > threshold,
+                "exemplar {value} s under the threshold {threshold} s of {name}"
+            );
+            let peaks: Vec<f64> = report["episodes"]
+                .as_array()
+                .expect("episodes")
+                .iter()
+                .filter_map(|ep| ep["peak_ns"].as_f64())
+                .map(|ns| ns / 1e9)
+                .collect();
+            assert!(
+                peaks.iter().any(|p| (p - value).abs() < 1e-9),
+                "{value} s is no episode's peak in {name}: {peaks:?}"
+            );
+            seen += 1;
+        }
+    }
+    eprintln!("{seen} exemplars, each leading to a report");
+    let episodes = first["episodes"].as_array().expect("episodes").len();
+    assert!(
+        seen >= 1 && episodes >= 1,
+        "no exemplar stored ({episodes} episodes): {v}"
+    );
+}
+
+/// Each query of `dist/grafana/correlator-watch.json`, with Grafana's
+/// variables given the values Grafana would (all jobs; four scrape
+/// intervals), returns at least one series over the run.
+fn dashboard_queries_return_data(prom: &Prometheus) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/grafana/correlator-watch.json");
+    let dashboard: Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("dashboard")).expect("dashboard JSON");
+    let end = unix_now();
+    let mut checked = 0;
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            let q = expr.replace("$job", ".+").replace("$__rate_interval", "4s");
+            let v = prom.api(
+                "query_range",
+                &[
+                    ("query", &q),
+                    ("start", &format!("{}", end - 150)),
+                    ("end", &format!("{end}")),
+                    ("step", "1"),
+                ],
+            );
+            let series = v["data"]["result"].as_array().map_or(0, Vec::len);
+            assert!(
+                series > 0,
+                "panel {:?}: {q} returned no data: {v}",
+                panel["title"]
+            );
+            checked += 1;
+        }
+    }
+    eprintln!("{checked} dashboard queries returned data");
+    assert!(checked >= 10, "{checked} queries");
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
 }
 
 live_test! {
@@ -299,7 +407,7 @@ live_test! {
     /// the demo server's sweep runs between requests, where server-side
     /// latency cannot see it; only a client can).
     full fn watch_reports_a_periodic_cause() {
-        let o = watch_scenario(Server::PeriodicFaults, |_| {});
+        let (o, ()) = watch_scenario(Server::PeriodicFaults, |_| {});
         let report = check(&o, "page_faults");
         assert_eq!(report["classification"]["signature"], "periodic");
         check_trace(o.first_dir.as_deref().expect("a report directory"));
@@ -515,12 +623,29 @@ impl Prometheus {
                     dir.join("data").display()
                 ))
                 .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .arg("--enable-feature=exemplar-storage")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("prometheus (installed by xtask/setup.sh)"),
         );
         Self { _proc: proc, port }
+    }
+
+    /// A query API call's JSON answer (`api/v1/{endpoint}`, form data).
+    fn api(&self, endpoint: &str, form: &[(&str, &str)]) -> Value {
+        let mut curl = Command::new("curl");
+        curl.args(["-s", "--get"]);
+        for (k, v) in form {
+            curl.arg("--data-urlencode").arg(format!("{k}={v}"));
+        }
+        let out = curl
+            .arg(format!("http://127.0.0.1:{}/api/v1/{endpoint}", self.port))
+            .output()
+            .expect("curl");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        assert_eq!(v["status"], "success", "{endpoint} {form:?}: {v}");
+        v
     }
 
     /// An instant query's single value (NaN if none).

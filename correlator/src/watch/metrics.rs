@@ -18,23 +18,24 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use prometheus_client::{
-    encoding::text::encode,
-    metrics::{
-        counter::Counter,
-        family::Family,
-        gauge::Gauge,
-        histogram::{Histogram, exponential_buckets},
-    },
+    encoding::text::{encode_eof, encode_registry},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 
+use super::latency_histogram::LatencyHistogram;
+
 type Labels = Vec<(String, String)>;
+
+const LATENCY_NAME: &str = "correlator_request_latency_seconds";
+const LATENCY_HELP: &str = "Server-side request latency (passive probes); exemplars: a written report's slowest spike in the bucket, labelled with the report's directory name under --out";
 
 /// Handles to every exported metric (cheap clones of shared atomics).
 #[derive(Clone)]
 pub struct Metrics {
     pub requests: Counter,
-    pub latency: Histogram,
+    /// Encoded beside the registry (see `latency_histogram` for why).
+    pub latency: LatencyHistogram,
     /// The trigger's percentile over its sliding window, seconds.
     pub window_percentile: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub kernel_events: Family<Labels, Counter>,
@@ -58,8 +59,7 @@ impl Metrics {
     pub fn new(registry: &mut Registry) -> Self {
         let m = Self {
             requests: Counter::default(),
-            // 10 µs to ~42 s, ×2 per bucket.
-            latency: Histogram::new(exponential_buckets(1e-5, 2.0, 22)),
+            latency: LatencyHistogram::default(),
             window_percentile: Gauge::default(),
             kernel_events: Family::default(),
             episodes: Family::default(),
@@ -82,11 +82,6 @@ impl Metrics {
             m.requests.clone(),
         );
         r.register(
-            "request_latency_seconds",
-            "Server-side request latency (passive probes)",
-            m.latency.clone(),
-        );
-        r.register(
             "window_percentile_seconds",
             "The trigger percentile of the last --window of requests",
             m.window_percentile.clone(),
@@ -102,6 +97,10 @@ impl Metrics {
             m.episodes.clone(),
         );
         r.register("reports", "Reports written", m.reports.clone());
+        // At 0 from the start: a dashboard shows "none", not "no data".
+        m.reports_suppressed
+            .get_or_create(&label("reason", "hourly_budget"))
+            .inc_by(0);
         r.register(
             "reports_suppressed",
             "Triggers not written, by reason (hourly budget)",
@@ -161,8 +160,12 @@ pub fn label(k: &str, v: &str) -> Labels {
 }
 
 /// Binds `addr` now (so a taken port fails before attaching) and serves
-/// `registry` on `/metrics` from a thread of its own.
-pub fn serve(addr: SocketAddr, registry: Registry) -> Result<SocketAddr> {
+/// `registry` and `latency` on `/metrics` from a thread of its own.
+pub fn serve(
+    addr: SocketAddr,
+    registry: Registry,
+    latency: LatencyHistogram,
+) -> Result<SocketAddr> {
     let listener =
         TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} (--listen)"))?;
     let local = listener.local_addr()?;
@@ -171,7 +174,7 @@ pub fn serve(addr: SocketAddr, registry: Registry) -> Result<SocketAddr> {
         .name("correlator-metrics".into())
         .spawn(move || {
             for stream in listener.incoming().flatten() {
-                if let Err(e) = answer(stream, &registry) {
+                if let Err(e) = answer(stream, &registry, &latency) {
                     log::debug!("metrics request: {e:#}");
                 }
             }
@@ -180,7 +183,7 @@ pub fn serve(addr: SocketAddr, registry: Registry) -> Result<SocketAddr> {
     Ok(local)
 }
 
-fn answer(mut stream: TcpStream, registry: &Registry) -> Result<()> {
+fn answer(mut stream: TcpStream, registry: &Registry, latency: &LatencyHistogram) -> Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
@@ -201,7 +204,9 @@ fn answer(mut stream: TcpStream, registry: &Registry) -> Result<()> {
     };
     let (status, kind, body) = if path == "/metrics" || path.starts_with("/metrics?") {
         let mut text = String::new();
-        encode(&mut text, registry)?;
+        encode_registry(&mut text, registry)?;
+        latency.encode(&mut text, LATENCY_NAME, LATENCY_HELP)?;
+        encode_eof(&mut text)?;
         (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",

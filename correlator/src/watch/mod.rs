@@ -15,6 +15,7 @@
 //! every program run); the loop's own work is per 100 ms drain, per second
 //! (totals, pruning, the SLO window) and per check (one analysis).
 
+mod latency_histogram;
 pub mod metrics;
 pub mod outdir;
 pub mod ring;
@@ -107,7 +108,7 @@ pub fn watch(opts: WatchOptions) -> Result<WatchSummary> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::new(&mut registry);
     if let Some(addr) = opts.listen {
-        let local = metrics::serve(addr, registry)?;
+        let local = metrics::serve(addr, registry, metrics.latency.clone())?;
         eprintln!("correlator watch: metrics on http://{local}/metrics");
     }
     crate::record::block_on(Watcher::new(opts, dir, metrics, target)?.run())?
@@ -286,7 +287,7 @@ impl Watcher {
             if let Some(ns) = rec.push_request(r) {
                 slo.record(ns);
                 m.requests.inc();
-                m.latency.observe(ns as f64 / 1e9);
+                m.latency.observe(ns);
             }
         });
         Ok(())
@@ -557,6 +558,7 @@ impl Watcher {
             .first()
             .map_or("none", |c| c.cause.name());
         self.metrics.reports.inc();
+        mark_exemplars(&self.metrics, &dir, &report, wall);
         let unix = wall
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
@@ -673,6 +675,27 @@ pub fn window_report(
         },
     );
     Ok((run, report))
+}
+
+/// Each latency bucket that holds an episode's slowest request points at
+/// the report just written (its directory name), stamped with the
+/// episode's end on the wall clock.
+fn mark_exemplars(m: &Metrics, dir: &std::path::Path, report: &Report, wall: SystemTime) {
+    let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    let now_mono = clock::monotonic_ns();
+    let now_unix = wall
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let unix = |mono: u64| now_unix - now_mono.saturating_sub(mono) as f64 / 1e9;
+    m.latency.mark(
+        name,
+        report
+            .episodes
+            .iter()
+            .map(|e| (e.window.peak_ns, unix(e.window.end_ns))),
+    );
 }
 
 /// Kernel event counts and losses since the last second, into the metrics.

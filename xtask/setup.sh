@@ -16,11 +16,17 @@ TEST_PACKAGES=(redis-server memcached nginx-light haproxy stress-ng linux-perf b
 # software beside the test packages): installed by `setup.sh --corpus`, so the
 # test command's set-up does not fetch a JDK it does not use.
 CORPUS_PACKAGES=(openjdk-17-jdk-headless python3)
+# Debian packages for looking at the HTML report as a browser draws it
+# (`setup.sh --screenshots`; docs/report.md "Screenshots"): headless
+# Chromium and a font for its text. No test needs them.
+SCREENSHOT_PACKAGES=(chromium fonts-dejavu-core)
 WITH_CORPUS=0
+WITH_SCREENSHOTS=0
 for arg in "$@"; do
     case "$arg" in
         --corpus) WITH_CORPUS=1 ;;
-        *) echo "setup: unknown argument $arg (usage: $0 [--corpus])" >&2; exit 2 ;;
+        --screenshots) WITH_SCREENSHOTS=1 ;;
+        *) echo "setup: unknown argument $arg (usage: $0 [--corpus] [--screenshots])" >&2; exit 2 ;;
     esac
 done
 
@@ -51,6 +57,9 @@ need_root
 apt_install "llvm-${LLVM}-dev" "libpolly-${LLVM}-dev" build-essential pkg-config "${TEST_PACKAGES[@]}"
 if [ "$WITH_CORPUS" -eq 1 ]; then
     apt_install "${CORPUS_PACKAGES[@]}"
+fi
+if [ "$WITH_SCREENSHOTS" -eq 1 ]; then
+    apt_install "${SCREENSHOT_PACKAGES[@]}"
 fi
 
 # Debian starts these services on install; tests start their own instances on

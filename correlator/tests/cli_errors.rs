@@ -101,6 +101,10 @@ fn run_validates_before_attaching() {
         "cannot write /nonexistent-dir/report.json",
     );
     fails_with(
+        &[&run[..], &["--out", "/tmp/report.run"]].concat(),
+        "--out /tmp/report.run is also the run file's path",
+    );
+    fails_with(
         &["record", "--pid", &me, "--out", "/nonexistent-dir/x.run"],
         "cannot write /nonexistent-dir/x.run",
     );

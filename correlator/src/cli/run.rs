@@ -15,6 +15,16 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
                 .map_or_else(|| "correlator.run".into(), |o| o.with_extension("run")),
         )
     });
+    // `--out x.run` once wrote the report over the run file it names by
+    // default (both x.run): refused before attaching, in one line.
+    if let (Some(o), Some(r)) = (&args.outputs.out, &run_file)
+        && o == r
+    {
+        anyhow::bail!(
+            "--out {} is also the run file's path: name the report .json, or give --run-file",
+            o.display()
+        );
+    }
     let out = args.outputs.outputs(run_file);
     let mut load = args.spec.options(&args.load)?;
     if load.cpus.is_none() {

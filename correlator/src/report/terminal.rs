@@ -212,14 +212,28 @@ pub fn render(r: &Report) -> String {
     if e.lost > 0 {
         let _ = writeln!(
             out,
-            "LOSSES     {} kernel events/records lost: {:?}",
-            e.lost, r.losses
+            "LOSSES     {} kernel events/records lost: {}",
+            e.lost,
+            nonzero_losses(&r.losses)
         );
     }
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
     }
     out
+}
+
+/// `stack_collisions 1, ring_reserve_failed 3`: the kinds that lost
+/// something, named as in the JSON.
+fn nonzero_losses(l: &crate::runfile::Losses) -> String {
+    let Ok(serde_json::Value::Object(kinds)) = serde_json::to_value(l) else {
+        return String::new();
+    };
+    kinds
+        .iter()
+        .filter_map(|(k, v)| v.as_u64().filter(|&n| n > 0).map(|n| format!("{k} {n}")))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One upstream's reply times, inside the episodes and outside them.
@@ -360,7 +374,20 @@ fn latency_title(source: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::latency_title;
+    use super::{latency_title, nonzero_losses};
+
+    #[test]
+    fn losses_are_listed_by_kind_only_where_nonzero() {
+        let l = crate::runfile::Losses {
+            ring_reserve_failed: 3,
+            stack_collisions: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            nonzero_losses(&l),
+            "ring_reserve_failed 3, stack_collisions 1"
+        );
+    }
 
     #[test]
     fn only_open_loop_latency_is_from_the_intended_send_time() {

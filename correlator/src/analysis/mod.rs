@@ -95,6 +95,10 @@ pub struct Classification {
     /// Server causes tested and not significant against the baseline.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_significant: Vec<String>,
+    /// Server causes above the baseline windows in the episodes that are
+    /// the largest share of no episode: listed, not claimed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beside: Vec<String>,
 }
 
 /// Latency of one phase with its spikes.
@@ -613,6 +617,7 @@ fn classify(
             evidence: sig.evidence,
             causes: Vec::new(),
             not_significant: Vec::new(),
+            beside: Vec::new(),
         };
     }
     let ranking = causes::rank(episodes, baseline, families, sig.signature);
@@ -640,6 +645,7 @@ fn classify(
                 .filter(|c| !c.cause.is_server())
                 .collect(),
             not_significant: ranking.not_significant,
+            beside: ranking.beside,
         };
     }
     Classification {
@@ -649,6 +655,7 @@ fn classify(
         evidence: sig.evidence,
         causes: ranking.causes,
         not_significant: ranking.not_significant,
+        beside: ranking.beside,
     }
 }
 

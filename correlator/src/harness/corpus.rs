@@ -182,6 +182,19 @@ pub fn score(dir: &Path, verbose: bool) -> Result<Scores> {
                     a.classification.evidence
                 );
             }
+            if verbose {
+                for c in a.classification.causes.iter().filter(|c| {
+                    c.cause.is_server() && !case.is_cause(c.cause) && !case.also.contains(&c.cause)
+                }) {
+                    println!(
+                        "  false claim: {} → {} (p = {:.1e}): {}",
+                        run_path.display(),
+                        c.cause.name(),
+                        c.p_value.unwrap_or(f64::NAN),
+                        c.evidence
+                    );
+                }
+            }
         }
         scores.cases.insert(case.name.clone(), s);
     }

@@ -66,7 +66,7 @@ pub struct EvalArgs {
     /// The fresh runs' seed (default: from the clock).
     #[arg(long, requires = "fresh_runs")]
     pub fresh_seed: Option<u64>,
-    /// Print every run scored wrong, with the analysis's evidence.
+    /// Print every run scored wrong and every false claim, with the analysis's evidence.
     #[arg(long)]
     pub verbose: bool,
     /// Also score the labelled corpus in DIR (manifest.json, runs/), and

@@ -549,7 +549,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 <p>{dur:.1} s, latency from {source}; kernel {kernel}, {cpus} CPUs, THP {thp}</p>
 <p class="sig">{sig_up}</p><p>{evidence}</p>
 {confirmation}
-<h2>Causes, best first</h2><table><tr><th>cause</th><th>share of episode time</th><th>evidence</th><th>confirm with</th></tr>{causes}</table>
+<h2>Causes, best first</h2><table><tr><th>cause</th><th>share of episode time</th><th>evidence</th><th>confirm with</th></tr>{causes}</table>{unclaimed}
 <h2>Latency over time and kernel events</h2>{lat}{lanes}
 <h2>Sub-second heatmap</h2>{heat}
 <h2>Percentiles</h2><div style="display:flex;gap:20px"><table><tr><th></th><th>value</th><th>samples above</th></tr>{pct}</table>{curve}</div>
@@ -570,6 +570,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
         thp = esc(&r.environment.transparent_hugepage),
         sig_up = esc(&sig.to_uppercase()),
         evidence = esc(&c.evidence),
+        unclaimed = unclaimed(c),
         lat = latency_plot(r),
         lanes = lanes(r),
         curve = percentile_plot(r),
@@ -592,6 +593,26 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
         )),
         lost = r.events.lost,
     )
+}
+
+/// The server categories tested and not claimed, and why.
+fn unclaimed(c: &crate::analysis::Classification) -> String {
+    let mut out = String::new();
+    for (why, list) in [
+        (
+            "Not enough evidence (not above the baseline windows)",
+            &c.not_significant,
+        ),
+        (
+            "Above the baseline beside the causes, not claimed (the largest share of no episode)",
+            &c.beside,
+        ),
+    ] {
+        if !list.is_empty() {
+            out.push_str(&format!("<p>{why}: {}</p>", esc(&list.join(", "))));
+        }
+    }
+    out
 }
 
 /// `run --confirm`: per cause, the outcome with the measured change and

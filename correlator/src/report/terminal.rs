@@ -122,6 +122,13 @@ pub fn render(r: &Report) -> String {
                 c.not_significant.join(", ")
             );
         }
+        if !c.beside.is_empty() {
+            let _ = writeln!(
+                out,
+                "  above the baseline beside the causes, not claimed: {}",
+                c.beside.join(", ")
+            );
+        }
     }
     if let Some(s) = &r.server_side {
         let pct = |p: f64| s.summary.value_at(p).map_or("-".into(), fmt_ns);

@@ -40,4 +40,26 @@ impl ClockSnapshot {
             realtime_ns: read(libc::CLOCK_REALTIME),
         }
     }
+
+    /// A CLOCK_MONOTONIC instant as Unix time in seconds (wall-clock
+    /// steps after the snapshot are not followed).
+    pub fn unix_s(&self, monotonic_ns: u64) -> f64 {
+        (self.realtime_ns as f64 + monotonic_ns as f64 - self.monotonic_ns as f64) / 1e9
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClockSnapshot;
+
+    #[test]
+    fn a_monotonic_instant_maps_to_unix_time_by_the_snapshots_offset() {
+        let c = ClockSnapshot {
+            monotonic_ns: 5_000_000_000,
+            boottime_ns: 6_000_000_000,
+            realtime_ns: 1_800_000_000_000_000_000,
+        };
+        assert_eq!(c.unix_s(4_500_000_000), 1_799_999_999.5);
+        assert_eq!(c.unix_s(5_000_000_000), 1_800_000_000.0);
+    }
 }

@@ -66,6 +66,11 @@ impl Case {
     fn is_cause(&self, claimed: CauseKind) -> bool {
         self.causes.contains(&Truth::Named(claimed))
     }
+
+    /// A claim that is neither one of the case's causes nor "also".
+    fn is_false_claim(&self, claimed: CauseKind) -> bool {
+        !self.is_cause(claimed) && !self.also.contains(&claimed)
+    }
 }
 
 /// One case's counts (integers, so the committed file compares exactly).
@@ -183,9 +188,12 @@ pub fn score(dir: &Path, verbose: bool) -> Result<Scores> {
                 );
             }
             if verbose {
-                for c in a.classification.causes.iter().filter(|c| {
-                    c.cause.is_server() && !case.is_cause(c.cause) && !case.also.contains(&c.cause)
-                }) {
+                for c in a
+                    .classification
+                    .causes
+                    .iter()
+                    .filter(|c| c.cause.is_server() && case.is_false_claim(c.cause))
+                {
                     println!(
                         "  false claim: {} → {} (p = {:.1e}): {}",
                         run_path.display(),
@@ -229,10 +237,10 @@ fn score_run(case: &Case, v: &Verdict, s: &mut CaseScore, confusion: Option<&mut
     for &c in &v.server {
         if case.is_cause(c) {
             s.claims_right += 1;
-        } else if case.also.contains(&c) {
-            s.claims_also += 1;
-        } else {
+        } else if case.is_false_claim(c) {
             false_claims += 1;
+        } else {
+            s.claims_also += 1;
         }
     }
     s.claims_false += false_claims;

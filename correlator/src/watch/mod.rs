@@ -558,7 +558,7 @@ impl Watcher {
             .first()
             .map_or("none", |c| c.cause.name());
         self.metrics.reports.inc();
-        mark_exemplars(&self.metrics, &dir, &report, wall);
+        mark_exemplars(&self.metrics, &dir, &run, &report);
         let unix = wall
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
@@ -679,22 +679,19 @@ pub fn window_report(
 
 /// Each latency bucket that holds an episode's slowest request points at
 /// the report just written (its directory name), stamped with the
-/// episode's end on the wall clock.
-fn mark_exemplars(m: &Metrics, dir: &std::path::Path, report: &Report, wall: SystemTime) {
+/// episode's end on the wall clock (by the clocks the capture read at one
+/// instant).
+fn mark_exemplars(m: &Metrics, dir: &std::path::Path, run: &RunFile, report: &Report) {
     let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
         return;
     };
-    let now_mono = clock::monotonic_ns();
-    let now_unix = wall
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
-    let unix = |mono: u64| now_unix - now_mono.saturating_sub(mono) as f64 / 1e9;
+    let clocks = run.clocks.unwrap_or_else(clock::ClockSnapshot::now);
     m.latency.mark(
         name,
         report
             .episodes
             .iter()
-            .map(|e| (e.window.peak_ns, unix(e.window.end_ns))),
+            .map(|e| (e.window.peak_ns, clocks.unix_s(e.window.end_ns))),
     );
 }
 

@@ -89,6 +89,12 @@ pub struct CaseScore {
     /// The case's causes claimed, over (causes × runs).
     pub recalled: u64,
     pub to_recall: u64,
+    /// Runs whose case is not periodic, and those of them called periodic
+    /// (absent from scores written before they were counted).
+    #[serde(default)]
+    pub non_periodic_runs: u64,
+    #[serde(default)]
+    pub false_periodic: u64,
     /// The trivial analyzer's signature and top cause.
     pub trivial_signature_ok: u64,
     pub trivial_top_ok: u64,
@@ -233,6 +239,10 @@ fn score_run(case: &Case, v: &Verdict, s: &mut CaseScore, confusion: Option<&mut
     s.runs += 1;
     s.signature_ok += u64::from(v.signature == case.signature);
     s.top_ok += u64::from(top_ok(case, v));
+    if case.signature != Signature::Periodic {
+        s.non_periodic_runs += 1;
+        s.false_periodic += u64::from(v.signature == Signature::Periodic);
+    }
     let mut false_claims = 0;
     for &c in &v.server {
         if case.is_cause(c) {
@@ -300,6 +310,8 @@ pub fn print(scores: &Scores) {
         t.claims_false += s.claims_false;
         t.recalled += s.recalled;
         t.to_recall += s.to_recall;
+        t.non_periodic_runs += s.non_periodic_runs;
+        t.false_periodic += s.false_periodic;
         t.trivial_signature_ok += s.trivial_signature_ok;
         t.trivial_top_ok += s.trivial_top_ok;
     }
@@ -321,6 +333,12 @@ pub fn print(scores: &Scores) {
         m.baseline_server_claim,
         baselines,
         pct(m.baseline_server_claim, baselines),
+    );
+    println!(
+        "  false periodic calls on the runs of cases that are not periodic: {} of {} ({})",
+        t.false_periodic,
+        t.non_periodic_runs,
+        pct(t.false_periodic, t.non_periodic_runs),
     );
     println!(
         "  trivial analyzer (sporadic; the category with the most episode time): signature {}, top cause {}",
@@ -357,6 +375,7 @@ pub fn diff(before: &Scores, now: &Scores) -> Vec<String> {
             field("runs", b.runs, n.runs),
             field("signature", b.signature_ok, n.signature_ok),
             field("top", b.top_ok, n.top_ok),
+            field("false periodic", b.false_periodic, n.false_periodic),
             field("false claims", b.claims_false, n.claims_false),
             field("right claims", b.claims_right, n.claims_right),
             field("recalled", b.recalled, n.recalled),
@@ -428,5 +447,26 @@ mod tests {
         assert_eq!((s.claims_right, s.claims_false), (0, 1));
         assert_eq!(m.server_case_environment_only, 1);
         assert_eq!(m.server_case_server_claim, 1);
+    }
+
+    #[test]
+    fn a_periodic_call_on_a_case_that_is_not_periodic_is_counted() {
+        let mut s = CaseScore::default();
+        for (truth, called) in [
+            ("sporadic", Signature::Periodic),
+            ("sporadic", Signature::Sporadic),
+            ("periodic", Signature::Periodic),
+        ] {
+            let c = case(&format!(
+                r#"{{"name": "x", "signature": "{truth}", "causes": [], "also": []}}"#
+            ));
+            let v = Verdict {
+                signature: called,
+                server: vec![],
+                environment: false,
+            };
+            score_run(&c, &v, &mut s, None);
+        }
+        assert_eq!((s.non_periodic_runs, s.false_periodic), (2, 1));
     }
 }

@@ -142,13 +142,11 @@ live_test! {
     /// pool wait is named as blocking with the chain through the
     /// releasing worker to the upstream; the upstream wait is named too.
     ///
-    /// Full tier: which thread an episode's account follows is a near tie
-    /// here (the pool waiters and the worker holding a connection are each
-    /// busy for the whole episode), so the blocking cause appears only when
-    /// a pool waiter wins it. On 2026-12-05 that failed 3 of 5 runs of the
-    /// build before that day's changes and 4 of 6 after; an episode
-    /// account that follows more than one delayed thread is what would
-    /// make it hold (issue 36).
+    /// The waiters and the holders are each busy the whole episode: an
+    /// account that followed only the busiest thread made each episode
+    /// either a pool wait or an upstream wait by a near tie (this test
+    /// failed 7 of 11 runs on 2026-12-05). The account is now the mean
+    /// over the delayed threads (`TimeAccount::mean_of_delayed`).
     full fn a_pool_wait_is_followed_to_the_backend() {
         let (report, backend_addr) = thread_per_request("2", "upstream-pool");
         let c = &report["classification"];

@@ -35,11 +35,21 @@ use crate::timeline::{
 pub struct TimeAccount {
     pub duration_ns: u64,
     /// The thread accounted for ("name (tid N)"): the serving thread that
-    /// was busiest or most delayed in the window.
+    /// was busiest or most delayed in the window. With several delayed
+    /// threads, the busiest of them; the times below are then their mean.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tid: Option<u32>,
+    /// How many serving threads the account is the mean of: those delayed
+    /// in the window (see [`Accounts::window`]); absent when one.
+    #[serde(default, skip_serializing_if = "is_one_or_less")]
+    pub threads_delayed: u32,
+    /// Each delayed thread's own account, when there are several: who had
+    /// which part of the time (a cause's evidence names the thread with
+    /// most of it). Not written: the mean above is the account.
+    #[serde(skip)]
+    pub delayed: Vec<TimeAccount>,
     /// Running user code.
     pub on_cpu_user_ns: u64,
     /// In the kernel on behalf of the thread: syscalls plus fault handling.
@@ -227,6 +237,166 @@ impl TimeAccount {
     }
 }
 
+/// A serving thread is delayed in a window when it was busy (anything but
+/// idle) for at least this share of the busiest serving thread's busy
+/// time. Following only the busiest one, a pool's waiters and the worker
+/// holding the connection they wait for (each busy the whole episode)
+/// were a tie that decided which of the two waits an episode was: the
+/// pool wait test failed 3 of 5 runs on it.
+pub const DELAYED_SHARE: f64 = 0.5;
+
+/// Prefix of the chain link "waiting for its upstream ADDRESS": the waker
+/// was itself waiting for a reply from an upstream.
+pub const WAITING_FOR_UPSTREAM: &str = "waiting for its upstream";
+
+fn is_one_or_less(n: &u32) -> bool {
+    *n <= 1
+}
+
+impl TimeAccount {
+    /// The account of a window over its delayed threads (see
+    /// [`DELAYED_SHARE`]), from each serving thread's own account.
+    ///
+    /// Each time is the mean over the delayed threads, so shares are of
+    /// the delayed threads' time: eight workers of which two wait for a
+    /// stalled backend and six for the connections those two hold are 25%
+    /// upstream and 75% pool wait, where the slow requests' time went. A
+    /// name (who preempted, the wait site, the waker, the upstream) is the
+    /// one with most of its time summed over them; the thread named is the
+    /// busiest. One delayed thread: its own account, unchanged.
+    fn mean_of_delayed(mut accounts: Vec<TimeAccount>) -> Option<TimeAccount> {
+        let top = accounts.iter().map(TimeAccount::busy_ns).max()?;
+        accounts.retain(|a| a.busy_ns() as f64 >= DELAYED_SHARE * top as f64);
+        // The busiest, the most measured of equals, and the last of those
+        // (as the single-thread account always chose).
+        let busiest = accounts
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, a)| (a.busy_ns(), a.measured_ns()))
+            .map(|(i, _)| i)?;
+        if accounts.len() == 1 {
+            return accounts.pop();
+        }
+        let n = accounts.len() as u64;
+        let mean = |f: fn(&TimeAccount) -> u64| accounts.iter().map(f).sum::<u64>() / n;
+        let named = |name: fn(&TimeAccount) -> Option<&String>, ns: fn(&TimeAccount) -> u64| {
+            most_time(accounts.iter(), name, ns).map(|(who, t)| (who, t / n))
+        };
+        let (woken_by, woken_by_ns) = named(|a| a.woken_by.as_ref(), |a| a.woken_by_ns).unzip();
+        let (waker_meanwhile, waker_meanwhile_ns) = most_time(
+            accounts
+                .iter()
+                .filter(|a| a.woken_by.is_some() && a.woken_by == woken_by),
+            |a| a.waker_meanwhile.as_ref(),
+            |a| a.waker_meanwhile_ns,
+        )
+        .map(|(what, t)| (what, t / n))
+        .unzip();
+        let (top_syscall, top_syscall_ns) =
+            named(|a| a.top_syscall.as_ref(), |a| a.top_syscall_ns).unzip();
+        let mut kinds: BTreeMap<StallKind, u64> = BTreeMap::new();
+        for a in &accounts {
+            for &(k, t) in &a.memory_stall_kinds {
+                *kinds.entry(k).or_default() += t;
+            }
+        }
+        let mut kinds: Vec<(StallKind, u64)> = kinds.into_iter().map(|(k, t)| (k, t / n)).collect();
+        kinds.sort_by_key(|&(k, t)| (std::cmp::Reverse(t), k));
+        let first = &accounts[busiest];
+        let mut account = TimeAccount {
+            duration_ns: first.duration_ns,
+            thread: first.thread.clone(),
+            tid: first.tid,
+            threads_delayed: u32::try_from(n).unwrap_or(u32::MAX),
+            on_cpu_user_ns: mean(|a| a.on_cpu_user_ns),
+            on_cpu_kernel_ns: mean(|a| a.on_cpu_kernel_ns),
+            syscall_ns: mean(|a| a.syscall_ns),
+            top_syscall,
+            top_syscall_ns: top_syscall_ns.unwrap_or(0),
+            fault_ns: mean(|a| a.fault_ns),
+            // The standard error of a mean of independent estimates.
+            fault_error_ns: (accounts
+                .iter()
+                .map(|a| (a.fault_error_ns as f64).powi(2))
+                .sum::<f64>()
+                .sqrt()
+                / n as f64) as u64,
+            fault_major_ns: mean(|a| a.fault_major_ns),
+            migration_ns: mean(|a| a.migration_ns),
+            runnable_ns: mean(|a| a.runnable_ns),
+            preempted_by: named(|a| a.preempted_by.as_ref(), |a| a.runnable_ns).map(|(w, _)| w),
+            runnable_idle_ns: mean(|a| a.runnable_idle_ns),
+            blocked_lock_ns: mean(|a| a.blocked_lock_ns),
+            blocked_io_ns: mean(|a| a.blocked_io_ns),
+            blocked_fault_ns: mean(|a| a.blocked_fault_ns),
+            unnamed_kernel_sleep_ns: mean(|a| a.unnamed_kernel_sleep_ns),
+            blocked_sleep_ns: mean(|a| a.blocked_sleep_ns),
+            blocked_other_ns: mean(|a| a.blocked_other_ns),
+            lock_spin_ns: mean(|a| a.lock_spin_ns),
+            wait_site: named(|a| a.wait_site.as_ref(), TimeAccount::blocked_ns).map(|(w, _)| w),
+            runtime_pause_ns: mean(|a| a.runtime_pause_ns),
+            collector: named(|a| a.collector.as_ref(), |a| a.runtime_pause_ns).map(|(w, _)| w),
+            woken_by,
+            woken_by_ns: woken_by_ns.unwrap_or(0),
+            waker_meanwhile,
+            waker_meanwhile_ns: waker_meanwhile_ns.unwrap_or(0),
+            memory_stall_ns: mean(|a| a.memory_stall_ns),
+            memory_stall: kinds.first().map(|&(k, _)| k),
+            memory_stall_kinds: kinds,
+            upstream_ns: mean(|a| a.upstream_ns),
+            upstream: named(|a| a.upstream.as_ref(), |a| a.upstream_ns).map(|(u, _)| u),
+            // The longest reply in flight is the longest of any thread's.
+            upstream_reply_ns: accounts
+                .iter()
+                .map(|a| a.upstream_reply_ns)
+                .max()
+                .unwrap_or(0),
+            idle_ns: mean(|a| a.idle_ns),
+            hardirq_ns: mean(|a| a.hardirq_ns),
+            softirq_ns: mean(|a| a.softirq_ns),
+            steal_ns: mean(|a| a.steal_ns),
+            timer_silence_ns: mean(|a| a.timer_silence_ns),
+            lock_holder_steal_ns: mean(|a| a.lock_holder_steal_ns),
+            unexplained_ns: 0,
+            explained_share: 0.0,
+            delayed: Vec::new(),
+        };
+        account.settle_unexplained();
+        account.delayed = accounts;
+        Some(account)
+    }
+
+    /// The threads this account is over: the delayed threads' own
+    /// accounts, or itself when it is one thread's.
+    pub fn threads(&self) -> &[TimeAccount] {
+        if self.delayed.is_empty() {
+            std::slice::from_ref(self)
+        } else {
+            &self.delayed
+        }
+    }
+}
+
+/// The name with the most time summed over `accounts` (the last of equals,
+/// in name order), and that time; none when no account has time under a
+/// name.
+fn most_time<'a>(
+    accounts: impl Iterator<Item = &'a TimeAccount>,
+    name: impl Fn(&TimeAccount) -> Option<&String>,
+    ns: impl Fn(&TimeAccount) -> u64,
+) -> Option<(String, u64)> {
+    let mut by: BTreeMap<&str, u64> = BTreeMap::new();
+    for a in accounts {
+        if let Some(n) = name(a) {
+            *by.entry(n.as_str()).or_default() += ns(a);
+        }
+    }
+    by.into_iter()
+        .filter(|&(_, t)| t > 0)
+        .max_by_key(|&(_, t)| t)
+        .map(|(n, t)| (n.to_string(), t))
+}
+
 /// Raw sums for one thread and window, before they become an account.
 #[derive(Default)]
 struct Sums {
@@ -377,19 +547,21 @@ impl<'a> Accounts<'a> {
         }
     }
 
-    /// The account of the window for the serving thread that was busiest
-    /// or most delayed in it (the one whose requests were slow).
+    /// The account of the window over the serving threads delayed in it
+    /// (the ones whose requests were slow): those busy, anything but idle,
+    /// for at least [`DELAYED_SHARE`] of the busiest one's busy time; the
+    /// mean of their accounts (see [`TimeAccount::mean_of_delayed`]).
     pub fn window(&self, start: u64, end: u64) -> TimeAccount {
-        let mut account = self
+        let accounts: Vec<TimeAccount> = self
             .candidates
             .iter()
             .map(|&tid| self.thread_window(tid, start, end))
-            .max_by_key(|a| (a.busy_ns(), a.measured_ns()))
-            .unwrap_or_else(|| TimeAccount {
-                duration_ns: end.saturating_sub(start).max(1),
-                unexplained_ns: end.saturating_sub(start).max(1),
-                ..TimeAccount::default()
-            });
+            .collect();
+        let mut account = TimeAccount::mean_of_delayed(accounts).unwrap_or_else(|| TimeAccount {
+            duration_ns: end.saturating_sub(start).max(1),
+            unexplained_ns: end.saturating_sub(start).max(1),
+            ..TimeAccount::default()
+        });
         if account.fault_ns == 0 && account.blocked_fault_ns == 0 {
             return account;
         }
@@ -652,7 +824,7 @@ impl<'a> Accounts<'a> {
                     if let Some(w) = self.upstream_overlap(tid, a, b)
                         && let Some((peer, _)) = w.by_peer.iter().max_by(|x, y| x.1.total_cmp(&y.1))
                     {
-                        *did.entry(format!("waiting for its upstream {peer}"))
+                        *did.entry(format!("{WAITING_FOR_UPSTREAM} {peer}"))
                             .or_default() += w.union;
                         *did.entry(blocked_in(r.syscall)).or_default() += (o - w.union).max(0.0);
                         continue;
@@ -773,6 +945,8 @@ impl<'a> Accounts<'a> {
                     .map_or("thread", String::as_str)
             )),
             tid: Some(tid),
+            threads_delayed: 1,
+            delayed: Vec::new(),
             on_cpu_user_ns: user as u64,
             on_cpu_kernel_ns: (syscall + fault) as u64,
             syscall_ns: syscall as u64,
@@ -857,4 +1031,70 @@ fn top(m: &HashMap<String, f64>) -> Option<String> {
         .filter(|(_, v)| **v > 0.0)
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(k, _)| k.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(name: &str, f: impl FnOnce(&mut TimeAccount)) -> TimeAccount {
+        let mut a = TimeAccount {
+            duration_ns: 20_000_000,
+            thread: Some(name.to_string()),
+            threads_delayed: 1,
+            ..TimeAccount::default()
+        };
+        f(&mut a);
+        a.settle_unexplained();
+        a
+    }
+
+    /// A pool: the holder waits for its upstream, two waiters for the
+    /// holder's connection, a fourth worker idles. The account is the mean
+    /// over the three delayed threads; the idle one is not among them.
+    #[test]
+    fn the_account_is_the_mean_over_the_delayed_threads() {
+        let holder = thread("worker (tid 1)", |a| {
+            a.upstream_ns = 18_000_000;
+            a.upstream = Some("10.0.0.1:5432".into());
+            a.on_cpu_user_ns = 2_000_000;
+        });
+        let waiter = |tid: u32| {
+            thread(&format!("worker (tid {tid})"), |a| {
+                a.blocked_lock_ns = 19_000_000;
+                a.wait_site = Some("futex".into());
+                a.woken_by = Some("worker (tid 1)".into());
+                a.woken_by_ns = 19_000_000;
+                a.waker_meanwhile = Some(format!("{WAITING_FOR_UPSTREAM} 10.0.0.1:5432"));
+                a.waker_meanwhile_ns = 18_000_000;
+                a.idle_ns = 1_000_000;
+            })
+        };
+        let idle = thread("worker (tid 4)", |a| {
+            a.idle_ns = 19_000_000;
+            a.on_cpu_user_ns = 1_000_000;
+        });
+        let m = TimeAccount::mean_of_delayed(vec![holder, waiter(2), waiter(3), idle])
+            .expect("an account");
+        assert_eq!(m.threads_delayed, 3);
+        assert_eq!(m.threads().len(), 3);
+        assert_eq!(m.upstream_ns, 6_000_000);
+        assert_eq!(m.blocked_lock_ns, 38_000_000 / 3);
+        assert_eq!(m.woken_by.as_deref(), Some("worker (tid 1)"));
+        assert_eq!(m.woken_by_ns, 38_000_000 / 3);
+        assert_eq!(m.waker_meanwhile_ns, 36_000_000 / 3);
+        assert_eq!(m.upstream.as_deref(), Some("10.0.0.1:5432"));
+        assert_eq!(m.wait_site.as_deref(), Some("futex"));
+        assert!(m.explained_share > 0.99, "{m:?}");
+    }
+
+    /// One delayed thread: its own account, as before there were several.
+    #[test]
+    fn one_delayed_thread_is_its_own_account() {
+        let busy = thread("server (tid 7)", |a| a.runnable_ns = 15_000_000);
+        let idle = thread("server (tid 8)", |a| a.idle_ns = 20_000_000);
+        let m = TimeAccount::mean_of_delayed(vec![busy.clone(), idle]).expect("an account");
+        assert_eq!(m, busy);
+        assert!(m.delayed.is_empty());
+    }
 }

@@ -115,6 +115,29 @@ fn dominant(
         .map(|(v, _)| v.to_string())
 }
 
+/// The thread with the most of `kind`'s time over the episodes, each
+/// episode's delayed threads counted by their own accounts.
+fn thread_with_most(episodes: &[Episode], kind: CauseKind) -> Option<String> {
+    let mut by: std::collections::BTreeMap<&str, u64> = Default::default();
+    for a in episodes.iter().flat_map(|e| e.account.threads()) {
+        if let Some(t) = &a.thread {
+            *by.entry(t.as_str()).or_default() += kind.time(a);
+        }
+    }
+    by.into_iter()
+        .max_by_key(|(_, w)| *w)
+        .map(|(v, _)| v.to_string())
+}
+
+/// Whether the blocked time of the episodes mostly waited for a waker
+/// that was itself waiting for an upstream's reply (a pool's waiters
+/// behind the connection's holder): the upstream is then the chain's end.
+fn chain_ends_at_upstream(episodes: &[Episode]) -> bool {
+    Holder::of(episodes)
+        .and_then(|h| h.did)
+        .is_some_and(|(what, _)| what.starts_with(super::account::WAITING_FOR_UPSTREAM))
+}
+
 /// Who ended the blocked time of the episodes, and what that waker did
 /// meanwhile: " until demo-injector (tid 12) woke it (97% of that time),
 /// itself blocked in clock_nanosleep for 95% of it (14.1 ms per episode)".
@@ -339,7 +362,16 @@ pub fn rank(
         // faults, a spinlock's 0.1 ms (ablation in the commit that made
         // this rule: 105 false claims before). Queueing's evidence is the
         // load test, not an episode's share; it is not held to it.
-        if p_value.is_some() && dominance.episodes == 0 {
+        // Except the end of a claimed wait's chain: the upstream that the
+        // holder of what the server waited for was waiting on is why those
+        // episodes were slow, though the waits for the holder outweigh it
+        // in each.
+        let chain_end = kind == CauseKind::Upstream
+            && causes
+                .iter()
+                .any(|c: &Cause| c.cause == CauseKind::Blocking)
+            && chain_ends_at_upstream(episodes);
+        if p_value.is_some() && dominance.episodes == 0 && !chain_end {
             beside.push(format!(
                 "{} ({} of episode time, p = {p:.1e}; the largest share of none of the {} episodes)",
                 kind.name(),
@@ -501,9 +533,9 @@ fn evidence(
     let n = episodes.len();
     let time = ms(share * total);
     let base = format!("{} of episode time ({time} in {n} episodes)", pct(share));
-    // The serving thread it happened to, most of that time.
-    let thread = dominant(episodes, |a| a.thread.as_ref(), |a| kind.time(a))
-        .unwrap_or_else(|| "a serving thread".into());
+    // The serving thread it happened to, most of that time (of the
+    // delayed threads, when an episode had several).
+    let thread = thread_with_most(episodes, kind).unwrap_or_else(|| "a serving thread".into());
     match kind {
         CauseKind::Preemption => {
             let who = dominant(episodes, |a| a.preempted_by.as_ref(), |a| a.runnable_ns);

@@ -247,7 +247,7 @@ pub const DELAYED_SHARE: f64 = 0.5;
 
 /// Prefix of the chain link "waiting for its upstream ADDRESS": the waker
 /// was itself waiting for a reply from an upstream.
-pub const WAITING_FOR_UPSTREAM: &str = "waiting for its upstream";
+const WAITING_FOR_UPSTREAM: &str = "waiting for its upstream";
 
 fn is_one_or_less(n: &u32) -> bool {
     *n <= 1

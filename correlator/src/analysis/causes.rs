@@ -129,15 +129,6 @@ fn thread_with_most(episodes: &[Episode], kind: CauseKind) -> Option<String> {
         .map(|(v, _)| v.to_string())
 }
 
-/// Whether the blocked time of the episodes mostly waited for a waker
-/// that was itself waiting for an upstream's reply (a pool's waiters
-/// behind the connection's holder): the upstream is then the chain's end.
-fn chain_ends_at_upstream(episodes: &[Episode]) -> bool {
-    Holder::of(episodes)
-        .and_then(|h| h.did)
-        .is_some_and(|(what, _)| what.starts_with(super::account::WAITING_FOR_UPSTREAM))
-}
-
 /// Who ended the blocked time of the episodes, and what that waker did
 /// meanwhile: " until demo-injector (tid 12) woke it (97% of that time),
 /// itself blocked in clock_nanosleep for 95% of it (14.1 ms per episode)".
@@ -362,16 +353,7 @@ pub fn rank(
         // faults, a spinlock's 0.1 ms (ablation in the commit that made
         // this rule: 105 false claims before). Queueing's evidence is the
         // load test, not an episode's share; it is not held to it.
-        // Except the end of a claimed wait's chain: the upstream that the
-        // holder of what the server waited for was waiting on is why those
-        // episodes were slow, though the waits for the holder outweigh it
-        // in each.
-        let chain_end = kind == CauseKind::Upstream
-            && causes
-                .iter()
-                .any(|c: &Cause| c.cause == CauseKind::Blocking)
-            && chain_ends_at_upstream(episodes);
-        if p_value.is_some() && dominance.episodes == 0 && !chain_end {
+        if p_value.is_some() && dominance.episodes == 0 {
             beside.push(format!(
                 "{} ({} of episode time, p = {p:.1e}; the largest share of none of the {} episodes)",
                 kind.name(),

@@ -242,12 +242,8 @@ impl TimeAccount {
 /// time. Following only the busiest one, a pool's waiters and the worker
 /// holding the connection they wait for (each busy the whole episode)
 /// were a tie that decided which of the two waits an episode was: the
-/// pool wait test failed 3 of 5 runs on it.
-pub const DELAYED_SHARE: f64 = 0.5;
-
-/// Prefix of the chain link "waiting for its upstream ADDRESS": the waker
-/// was itself waiting for a reply from an upstream.
-const WAITING_FOR_UPSTREAM: &str = "waiting for its upstream";
+/// pool wait test failed 7 of 11 runs on it.
+const DELAYED_SHARE: f64 = 0.5;
 
 fn is_one_or_less(n: &u32) -> bool {
     *n <= 1
@@ -380,7 +376,7 @@ impl TimeAccount {
 /// The name with the most time summed over `accounts` (the last of equals,
 /// in name order), and that time; none when no account has time under a
 /// name.
-fn most_time<'a>(
+pub(super) fn most_time<'a>(
     accounts: impl Iterator<Item = &'a TimeAccount>,
     name: impl Fn(&TimeAccount) -> Option<&String>,
     ns: impl Fn(&TimeAccount) -> u64,
@@ -824,7 +820,7 @@ impl<'a> Accounts<'a> {
                     if let Some(w) = self.upstream_overlap(tid, a, b)
                         && let Some((peer, _)) = w.by_peer.iter().max_by(|x, y| x.1.total_cmp(&y.1))
                     {
-                        *did.entry(format!("{WAITING_FOR_UPSTREAM} {peer}"))
+                        *did.entry(format!("waiting for its upstream {peer}"))
                             .or_default() += w.union;
                         *did.entry(blocked_in(r.syscall)).or_default() += (o - w.union).max(0.0);
                         continue;
@@ -1065,7 +1061,7 @@ mod tests {
                 a.wait_site = Some("futex".into());
                 a.woken_by = Some("worker (tid 1)".into());
                 a.woken_by_ns = 19_000_000;
-                a.waker_meanwhile = Some(format!("{WAITING_FOR_UPSTREAM} 10.0.0.1:5432"));
+                a.waker_meanwhile = Some("waiting for its upstream 10.0.0.1:5432".into());
                 a.waker_meanwhile_ns = 18_000_000;
                 a.idle_ns = 1_000_000;
             })

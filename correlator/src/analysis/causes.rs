@@ -118,15 +118,12 @@ fn dominant(
 /// The thread with the most of `kind`'s time over the episodes, each
 /// episode's delayed threads counted by their own accounts.
 fn thread_with_most(episodes: &[Episode], kind: CauseKind) -> Option<String> {
-    let mut by: std::collections::BTreeMap<&str, u64> = Default::default();
-    for a in episodes.iter().flat_map(|e| e.account.threads()) {
-        if let Some(t) = &a.thread {
-            *by.entry(t.as_str()).or_default() += kind.time(a);
-        }
-    }
-    by.into_iter()
-        .max_by_key(|(_, w)| *w)
-        .map(|(v, _)| v.to_string())
+    super::account::most_time(
+        episodes.iter().flat_map(|e| e.account.threads()),
+        |a| a.thread.as_ref(),
+        |a| kind.time(a),
+    )
+    .map(|(thread, _)| thread)
 }
 
 /// Who ended the blocked time of the episodes, and what that waker did

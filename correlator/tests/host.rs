@@ -25,6 +25,9 @@
 //! outcome. At most [`MAX_ATTEMPTS`], within the suite's budget; when
 //! either runs out, the last attempt's verdict stands, with how much the
 //! host took said beside it.
+//!
+//! Every attempt runs under the [`crate::watchdog`]: one that hangs fails,
+//! with what its processes were waiting in, and is not measured again.
 
 use std::{
     panic::{AssertUnwindSafe, catch_unwind, resume_unwind},
@@ -333,7 +336,16 @@ fn attempts(test: &str, max: u32, rule: Rule, body: impl Fn()) {
         let before = cpu_ticks();
         let sampler = matches!(rule, Rule::WorstSecond).then(Sampler::start);
         let started = Instant::now();
-        let outcome = catch_unwind(AssertUnwindSafe(&body));
+        let dog = crate::watchdog::Watchdog::arm(test, crate::watchdog::ATTEMPT_LIMIT);
+        let mut outcome = catch_unwind(AssertUnwindSafe(&body));
+        let hung = dog.disarm();
+        if hung {
+            // Whatever the body did once its children were killed.
+            outcome = Err(Box::new(format!(
+                "{test} hung: the watchdog killed its children after {:.0} s (what they were doing is printed above)",
+                crate::watchdog::ATTEMPT_LIMIT.as_secs_f64()
+            )));
+        }
         let took = started.elapsed();
         let average = host_share(&before, &cpu_ticks());
         let mut said = format!(
@@ -348,7 +360,9 @@ fn attempts(test: &str, max: u32, rule: Rule, body: impl Fn()) {
             share = share.max(worst);
         }
         let spent = Duration::from_millis(WAITED_MS.load(Ordering::Relaxed));
-        let again = share >= HOST_DISTURBED && attempt < max && spent + took <= WAIT_PER_SUITE;
+        // A hang is no measurement of the host: it stands.
+        let again =
+            !hung && share >= HOST_DISTURBED && attempt < max && spent + took <= WAIT_PER_SUITE;
         if again {
             let verdict = if outcome.is_ok() { "passed" } else { "failed" };
             let line = format!(

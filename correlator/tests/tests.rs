@@ -42,6 +42,7 @@ macro_rules! live_test {
 
 mod host;
 mod util;
+mod watchdog;
 
 mod chain_live;
 mod cli_errors;

@@ -45,13 +45,14 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
             &[(start, end, None)],
         ));
     }
-    let Some(latency) = run.analysed_latency().cloned() else {
+    // Borrowed, not cloned: a long fast run's requests are tens of MB.
+    let Some(latency) = run.analysed_latency() else {
         anyhow::bail!(
             "{} has no latency (recorded with `correlator record` without --syscalls/--uprobe?); pass --latency-log FILE captured at the same time",
             args.run_file.display()
         );
     };
-    let report = crate::report::Report::build(&run, &latency, &args.outputs.analysis());
+    let report = crate::report::Report::build(&run, latency, &args.outputs.analysis());
     if args.plan {
         let url = latency
             .source

@@ -344,8 +344,9 @@ fn task_ids(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// All processes descending from `pid` (children, grandchildren, ...).
-fn descendants(pid: u32) -> Vec<u32> {
+/// All processes descending from `pid` (children, grandchildren, ...),
+/// parents before their children. Public for the tests' watchdog.
+pub fn descendants(pid: u32) -> Vec<u32> {
     let parents: Vec<(u32, u32)> = fs::read_dir("/proc")
         .map(|dir| {
             dir.filter_map(|e| {

@@ -460,25 +460,22 @@ impl Bpftrace {
     /// held until its limit; a second SIGINT ended it and the test passed.
     /// So SIGINT is sent again every [`SIGINT_AGAIN`] until it exits.
     pub fn stop(mut self) -> std::collections::HashMap<String, u64> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        let exited = (0..30).any(|_| {
             // SAFETY: signalling our own child.
-            unsafe { libc::kill(i32::try_from(self.child.id()).expect("pid"), libc::SIGINT) };
+            unsafe { libc::kill(pid, libc::SIGINT) };
             let sent = Instant::now();
-            let exited = loop {
-                match self.child.try_wait() {
-                    Ok(Some(_)) | Err(_) => break true,
-                    Ok(None) if sent.elapsed() >= SIGINT_AGAIN => break false,
-                    Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            while sent.elapsed() < SIGINT_AGAIN {
+                if self.child.try_wait().expect("bpftrace status").is_some() {
+                    return true;
                 }
-            };
-            if exited {
-                break;
+                std::thread::sleep(Duration::from_millis(10));
             }
-            assert!(
-                Instant::now() < deadline,
-                "bpftrace did not exit on SIGINT within 60 s"
-            );
+            false
+        });
+        if !exited {
+            let _ = self.child.kill();
+            panic!("bpftrace did not exit on SIGINT within 60 s");
         }
         let lines = self.output.recv().expect("bpftrace output");
         lines

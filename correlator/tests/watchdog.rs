@@ -104,7 +104,7 @@ fn watch(test: &str, limit: Duration, state: &(Mutex<State>, Condvar)) {
     );
     let me = std::process::id();
     eprint!("{}", describe_threads(me, "the test binary"));
-    let children = descendants(me);
+    let children = correlator::target::descendants(me);
     for &pid in &children {
         eprint!("{}", describe_threads(pid, "a child"));
     }
@@ -133,39 +133,6 @@ fn watch(test: &str, limit: Duration, state: &(Mutex<State>, Condvar)) {
             .unwrap_or_else(|e| e.into_inner())
             .0;
     }
-}
-
-/// Every live descendant of `root`, parents before their children.
-fn descendants(root: u32) -> Vec<u32> {
-    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| Some((pid, ppid(pid)?)))
-        .collect();
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for &(pid, parent) in &parents {
-            if parent == p && !out.contains(&pid) {
-                out.push(pid);
-                frontier.push(pid);
-            }
-        }
-    }
-    out
-}
-
-/// The parent of `pid`, from /proc/PID/stat (after the comm's last ')').
-fn ppid(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 /// One block per thread of `pid`: its name, state, wait channel and kernel

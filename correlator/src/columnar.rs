@@ -156,6 +156,18 @@ where
         f.write_str("a column")
     }
     fn visit_seq<S: serde::de::SeqAccess<'de>>(mut self, mut seq: S) -> Result<(), S::Error> {
+        if self.rows.is_empty() {
+            // The first column sizes the rows exactly: grown by doubling,
+            // half a million rows were copied at each step and the old
+            // buffers stayed resident (the report's peak memory). A length
+            // no memory can hold is a malformed file, not an abort.
+            let len = seq.size_hint().unwrap_or(0);
+            self.rows.try_reserve_exact(len).map_err(|_| {
+                serde::de::Error::custom(format_args!(
+                    "a column of {len} rows does not fit in memory"
+                ))
+            })?;
+        }
         let mut i = 0;
         while let Some(v) = seq.next_element::<T>()? {
             if i == self.rows.len() {
@@ -163,6 +175,54 @@ where
             }
             (self.set)(&mut self.rows[i], v);
             i += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A list of columns, the k-th filling element k of every row's array
+/// (`slots(row)`): account slots, bucket counters.
+pub struct ArrayColumns<'a, R> {
+    pub rows: &'a mut Vec<R>,
+    pub slots: fn(&mut R) -> &mut [u64],
+    /// Columns beyond the array: skipped when None (a newer version's
+    /// additions), else an error naming what they are.
+    pub beyond: Option<&'static str>,
+}
+
+impl<'de, R: StreamedRows> serde::de::DeserializeSeed<'de> for ArrayColumns<'_, R> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, R: StreamedRows> serde::de::Visitor<'de> for ArrayColumns<'_, R> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of columns")
+    }
+    fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut seq: S) -> Result<(), S::Error> {
+        let slots = self.slots;
+        let width = slots(&mut R::blank()).len();
+        for k in 0.. {
+            let column = Column {
+                rows: &mut *self.rows,
+                set: move |r: &mut R, v: u64| {
+                    if let Some(slot) = slots(r).get_mut(k) {
+                        *slot = v;
+                    }
+                },
+                marker: std::marker::PhantomData,
+            };
+            if seq.next_element_seed(column)?.is_none() {
+                break;
+            }
+            if let Some(what) = self.beyond.filter(|_| k >= width) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "{what} with more than {width} columns; this correlator knows {width}"
+                )));
+            }
         }
         Ok(())
     }

@@ -624,11 +624,7 @@ impl<'a> Accounts<'a> {
             *s.mem_by_kind.entry(kind).or_default() += o as f64;
         }
         // Off-CPU records.
-        for span in self
-            .threads
-            .overlapping(start, end)
-            .filter(|sp| sp.record.tid == tid)
-        {
+        for span in self.threads.overlapping(tid, start, end) {
             let o = span.overlap(start, end) as f64;
             let r = span.record;
             // Off the CPU inside a memory stall (a reclaim's writeback wait,
@@ -805,11 +801,7 @@ impl<'a> Accounts<'a> {
     /// rest of the span it was on the CPU or not followed by the probes
     /// (a thread of another process): left out, not guessed.
     fn waker_during(&self, tid: u32, from: u64, to: u64, did: &mut HashMap<String, f64>) {
-        for span in self
-            .threads
-            .overlapping(from, to)
-            .filter(|sp| sp.record.tid == tid)
-        {
+        for span in self.threads.overlapping(tid, from, to) {
             let o = span.overlap(from, to) as f64;
             let r = span.record;
             let what = match span.kind {
@@ -995,9 +987,9 @@ impl<'a> Accounts<'a> {
             }
             account.woken_by = Some(who);
         }
-        if let Some((name, ns)) = s.by_syscall.iter().max_by(|a, b| a.1.total_cmp(b.1)) {
-            account.top_syscall = Some(name.clone());
-            account.top_syscall_ns = *ns as u64;
+        if let Some(name) = top(&s.by_syscall) {
+            account.top_syscall_ns = s.by_syscall.get(&name).copied().unwrap_or(0.0) as u64;
+            account.top_syscall = Some(name);
         }
         account.settle_unexplained();
         account
@@ -1022,10 +1014,13 @@ struct UpstreamWait<'a> {
     longest_reply: u64,
 }
 
+/// The name with the most time; a tie goes to the first name in byte
+/// order, so the same run gives the same report (a HashMap's order is
+/// random per process).
 fn top(m: &HashMap<String, f64>) -> Option<String> {
     m.iter()
         .filter(|(_, v)| **v > 0.0)
-        .max_by(|a, b| a.1.total_cmp(b.1))
+        .max_by(|a, b| a.1.total_cmp(b.1).then_with(|| b.0.cmp(a.0)))
         .map(|(k, _)| k.clone())
 }
 

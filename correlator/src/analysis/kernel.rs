@@ -2,6 +2,8 @@
 //! the run file's buckets, and the off-CPU intervals of target threads
 //! that overlap a window.
 
+use std::collections::HashMap;
+
 use correlator_common::{Counter, NUM_COUNTERS};
 
 use crate::runfile::RunFile;
@@ -113,40 +115,135 @@ fn spans(r: &OffCpu) -> impl Iterator<Item = Span<'_>> {
     blocked.into_iter().chain(runnable)
 }
 
-/// Off-CPU spans of every target thread, sorted by start, for window
-/// queries.
+/// Off-CPU records of every target thread, by thread and sorted by start,
+/// for window queries.
+///
+/// An index of positions (4 bytes a record), not a list of spans: a
+/// minute at 10,000 req/s has half a million records, and their spans
+/// (32 bytes each, two a record) were 35 MB of the report's peak memory.
 pub struct Threads<'a> {
-    /// Spans sorted by start.
-    spans: Vec<Span<'a>>,
-    /// Longest span, to bound the search for overlaps.
+    records: &'a [OffCpu],
+    by_thread: HashMap<u32, ThreadIndex>,
+}
+
+/// One thread's records: positions sorted by start, and the longest, to
+/// bound the search for overlaps.
+#[derive(Default)]
+struct ThreadIndex {
+    order: Vec<u32>,
     longest: u64,
 }
 
 impl<'a> Threads<'a> {
     pub fn new(records: &'a [OffCpu]) -> Self {
-        // Sized exactly and sorted in place: with half a million records
-        // (a minute at 10,000 req/s), growing by doubling and a stable
-        // sort's scratch buffer were the report's peak memory.
-        let count = records
-            .iter()
-            .map(|r| usize::from(r.blocked_ns > 0) + usize::from(r.runnable_ns > 0))
-            .sum();
-        let mut all: Vec<Span<'a>> = Vec::with_capacity(count);
-        all.extend(records.iter().flat_map(spans));
-        all.sort_unstable_by_key(|s| (s.start_ns, s.end_ns));
-        let spans = all;
-        let longest = spans.iter().map(Span::duration_ns).max().unwrap_or(0);
-        Self { spans, longest }
+        let mut by_thread: HashMap<u32, ThreadIndex> = HashMap::new();
+        for (i, r) in records.iter().enumerate() {
+            let Ok(i) = u32::try_from(i) else { break };
+            let t = by_thread.entry(r.tid).or_default();
+            t.order.push(i);
+            t.longest = t.longest.max(r.end_ns.saturating_sub(r.start_ns));
+        }
+        for t in by_thread.values_mut() {
+            t.order
+                .sort_unstable_by_key(|&i| (records[i as usize].start_ns, i));
+            t.order.shrink_to_fit();
+        }
+        Self { records, by_thread }
     }
 
-    /// Spans overlapping [start, end].
-    pub fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = &Span<'a>> {
-        let from = self
-            .spans
-            .partition_point(|s| s.start_ns < start.saturating_sub(self.longest));
-        self.spans[from..]
+    /// Thread `tid`'s spans overlapping [start, end].
+    pub fn overlapping(&self, tid: u32, start: u64, end: u64) -> impl Iterator<Item = Span<'a>> {
+        let records = self.records;
+        let (order, longest) = self
+            .by_thread
+            .get(&tid)
+            .map_or((&[][..], 0), |t| (&t.order[..], t.longest));
+        let from = order
+            .partition_point(|&i| records[i as usize].start_ns < start.saturating_sub(longest));
+        order[from..]
             .iter()
-            .take_while(move |s| s.start_ns < end)
-            .filter(move |s| s.end_ns > start)
+            .map(move |&i| &records[i as usize])
+            .take_while(move |r| r.start_ns < end)
+            .flat_map(spans)
+            .filter(move |s| s.end_ns > start && s.start_ns < end)
+    }
+
+    /// The threads with records, in tid order.
+    pub fn tids(&self) -> Vec<u32> {
+        let mut tids: Vec<u32> = self.by_thread.keys().copied().collect();
+        tids.sort_unstable();
+        tids
+    }
+
+    /// Thread `tid`'s records by start (ties in the run's order): their
+    /// positions in the run's list.
+    pub fn positions(&self, tid: u32) -> impl Iterator<Item = usize> + '_ {
+        self.by_thread
+            .get(&tid)
+            .into_iter()
+            .flat_map(|t| t.order.iter().map(|&i| i as usize))
+    }
+
+    /// Every span of every thread, in no particular order.
+    pub fn all(&self) -> impl Iterator<Item = Span<'a>> {
+        self.records.iter().flat_map(spans)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::columnar::StreamedRows as _;
+
+    /// A record of `tid`: blocked from `start` for `blocked` ns, then
+    /// runnable until `end`.
+    fn record(tid: u32, start: u64, blocked: u64, end: u64) -> OffCpu {
+        OffCpu {
+            tid,
+            start_ns: start,
+            blocked_ns: blocked,
+            runnable_ns: end - start - blocked,
+            end_ns: end,
+            ..OffCpu::blank()
+        }
+    }
+
+    #[test]
+    fn overlapping_gives_one_threads_spans_in_the_window() {
+        let records = [
+            record(1, 500, 100, 700),
+            // Long, and starting long before the window: still found.
+            record(1, 0, 10_000, 10_000),
+            record(2, 550, 50, 650),
+            record(1, 900, 40, 950),
+            record(1, 2_000, 50, 2_100),
+        ];
+        let threads = Threads::new(&records);
+        let found: Vec<(OffKind, u64, u64)> = threads
+            .overlapping(1, 600, 1_000)
+            .map(|s| (s.kind, s.start_ns, s.end_ns))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (OffKind::Blocked, 0, 10_000),
+                (OffKind::Runnable, 600, 700),
+                (OffKind::Blocked, 900, 940),
+                (OffKind::Runnable, 940, 950),
+            ]
+        );
+        // The blocked part of the first record ends at the window's start.
+        assert_eq!(threads.overlapping(2, 0, 560).count(), 1);
+        assert_eq!(threads.overlapping(3, 0, u64::MAX).count(), 0);
+        assert_eq!(threads.tids(), [1, 2]);
+        assert_eq!(threads.positions(1).collect::<Vec<_>>(), [1, 0, 3, 4]);
+        assert_eq!(threads.all().count(), 9);
+    }
+
+    #[test]
+    fn positions_keep_the_runs_order_on_ties() {
+        let records = [record(1, 5, 1, 9), record(1, 5, 2, 7), record(1, 1, 1, 2)];
+        let threads = Threads::new(&records);
+        assert_eq!(threads.positions(1).collect::<Vec<_>>(), [2, 0, 1]);
     }
 }

@@ -309,11 +309,7 @@ impl<'a> PathIndex<'a> {
                 *out.by_path.entry((cat, frames)).or_default() += period;
             }
         }
-        for span in self
-            .threads
-            .overlapping(start, end)
-            .filter(|sp| sp.record.tid == tid)
-        {
+        for span in self.threads.overlapping(tid, start, end) {
             let r = span.record;
             let cat = match span.kind {
                 OffKind::Blocked => PathCategory::Blocked(r.site),

@@ -167,7 +167,7 @@ pub fn profile(report: &Report, run: &RunFile) -> Profile {
     // Off-CPU intervals, cut at the episodes' edges so each part carries
     // the label of where it fell.
     let threads = Threads::new(&run.offcpu);
-    for span in threads.overlapping(0, u64::MAX) {
+    for span in threads.all() {
         let r = span.record;
         let frames = paths::path(&run.stacks, r.kstack, r.ustack, r.syscall);
         let context = match span.kind {

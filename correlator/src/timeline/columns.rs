@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize, de::MapAccess};
 
 use super::{Comm, OffCpu, ThreadAccount, Waker, syscalls::Site};
-use crate::columnar::{Column, StreamedRows, fill, fill_steps, rows_or_columns, steps};
+use crate::columnar::{ArrayColumns, StreamedRows, fill, fill_steps, rows_or_columns, steps};
 use correlator_common::NUM_ACCOUNT;
 
 rows_or_columns!(streamed offcpu, OffCpu, OffCpuColumns);
@@ -168,43 +168,13 @@ impl StreamedRows for ThreadAccount {
             "tid" => fill(rows, map, |r: &mut Self, v| r.tid = v),
             "epoch_steps" => fill_steps(rows, map, |r: &mut Self, e| r.epoch = e),
             "top_syscall" => fill(rows, map, |r: &mut Self, v| r.top_syscall = v),
-            "slots" => map.next_value_seed(Slots(rows)),
+            // Slots beyond this version's (a newer file) are skipped.
+            "slots" => map.next_value_seed(ArrayColumns {
+                rows,
+                slots: |r: &mut Self| &mut r.ns[..],
+                beyond: None,
+            }),
             _ => map.next_value::<serde::de::IgnoredAny>().map(drop),
         }
-    }
-}
-
-/// The account slots: a list of columns, the k-th filling slot k (slots
-/// beyond this version's are skipped).
-struct Slots<'a>(&'a mut Vec<ThreadAccount>);
-
-impl<'de> serde::de::DeserializeSeed<'de> for Slots<'_> {
-    type Value = ();
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for Slots<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("account slot columns")
-    }
-    fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut seq: S) -> Result<(), S::Error> {
-        for k in 0.. {
-            let column = Column {
-                rows: &mut *self.0,
-                set: move |r: &mut ThreadAccount, v: u64| {
-                    if let Some(slot) = r.ns.get_mut(k) {
-                        *slot = v;
-                    }
-                },
-                marker: std::marker::PhantomData,
-            };
-            if seq.next_element_seed(column)?.is_none() {
-                break;
-            }
-        }
-        Ok(())
     }
 }

@@ -37,6 +37,7 @@ use proto::{
 };
 
 use crate::{
+    analysis::kernel::Threads,
     latency::{capture::LatencyCapture, fmt_ns, recorder::RequestTimes},
     runfile::RunFile,
     timeline::{
@@ -614,18 +615,17 @@ fn write_offcpu<W: Write>(
     targets: &Targets,
     flows: &Flows,
 ) -> Result<()> {
-    let mut by_thread: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-    for (i, o) in run.offcpu.iter().enumerate() {
-        by_thread.entry(o.tid).or_default().push(i);
-    }
-    for (tid, mut records) in by_thread {
+    // The analysis's index (4 bytes a record): a list of positions per
+    // thread and a stable sort's scratch were 11 MB of the report's peak
+    // on a minute at 10,000 req/s.
+    let threads = Threads::new(&run.offcpu);
+    for tid in threads.tids() {
         if !targets.0.contains_key(&tid) {
             continue;
         }
-        records.sort_by_key(|&i| run.offcpu[i].start_ns);
         let track = uuid::thread(tid);
         let mut last_end: Option<u64> = None;
-        for i in records {
+        for i in threads.positions(tid) {
             let o = &run.offcpu[i];
             // Records of one thread never overlap; if clocks say otherwise,
             // clamp so the slices still nest.

@@ -195,10 +195,16 @@ pub enum Total {
     /// Cross-CPU calls to a target thread's CPU whose sender found the
     /// sender table ([`IPI_SENDER_SLOTS`]) full.
     IpiSendersLost = NUM_COUNTERS as u32 + 16,
+    /// Context switches of a target thread that the kernel made without
+    /// firing sched_switch (seen on this machine's kernel: a thread of the
+    /// VM's agent switches back to the task it preempted untraced, about
+    /// once a second). Found when the next IRQ or traced switch on the CPU
+    /// finds another task current than the last traced switch put there.
+    UntracedSwitches = NUM_COUNTERS as u32 + 17,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 17;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 18;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -878,6 +884,12 @@ pub struct CpuState {
     /// a wakeup can tell an interrupt's wakeup from the interrupted task's.
     pub in_hardirq: u32,
     pub in_softirq: u32,
+    /// The task the last context switch seen on this CPU made current
+    /// (sched_switch's next, or the current task an IRQ found), and
+    /// whether one was seen yet (1): an IRQ that finds another task
+    /// current found a switch the kernel did not trace.
+    pub cur_pid: u32,
+    pub cur_known: u32,
 }
 
 #[cfg(feature = "user")]

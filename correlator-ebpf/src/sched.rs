@@ -46,6 +46,16 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let next = thread(next_pid);
     // SAFETY: per-CPU value; sched_switch runs with IRQs off.
     let waiting = unsafe {
+        // The switch must start from the task the last one left current:
+        // if not, the kernel switched without tracing it in between.
+        if (*cpu).cur_known != 0
+            && (*cpu).cur_pid != prev_pid
+            && (prev_is_target || (*cpu).target_tid != 0)
+        {
+            (*cpu).totals[Total::UntracedSwitches as usize] += 1;
+        }
+        (*cpu).cur_pid = next_pid;
+        (*cpu).cur_known = 1;
         (*cpu).target_tid = if next.is_some() { next_pid } else { 0 };
         // No spin outlives a switch (spinning disables preemption): a
         // contention whose end was never seen stops here.

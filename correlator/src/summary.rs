@@ -103,6 +103,13 @@ pub fn text(run: &RunFile) -> String {
             l.ring_reserve_failed, l.thread_map_full, l.records_over_cap, l.bucket_events_undrained
         );
     }
+    if run.losses.untraced_switches > 0 {
+        let _ = writeln!(
+            out,
+            "  UNTRACED SWITCHES: {} context switches of the target the kernel did not trace (found at the next IRQ or switch; the time before that is unexplained)",
+            run.losses.untraced_switches
+        );
+    }
     if let Some(s) = &run.server_latency {
         let d = s.latency.merged();
         let _ = writeln!(

@@ -704,6 +704,7 @@ impl Probes {
         totals.upstreams_lost = sum[Total::UpstreamsLost as usize];
         totals.mem_stalls_lost = sum[Total::MemStallsLost as usize];
         totals.ipi_senders_lost = sum[Total::IpiSendersLost as usize];
+        totals.untraced_switches = sum[Total::UntracedSwitches as usize];
         totals.samples = sum[Total::Samples as usize];
         totals.stack_collisions = sum[Total::StackCollisions as usize];
         totals.stack_errors = sum[Total::StackErrors as usize];

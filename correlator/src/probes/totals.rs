@@ -36,6 +36,9 @@ pub struct KernelTotals {
     pub mem_stalls_lost: u64,
     /// Cross-CPU calls whose sender the full sender table could not keep.
     pub ipi_senders_lost: u64,
+    /// Context switches of target threads the kernel made without tracing
+    /// them (see `Total::UntracedSwitches`).
+    pub untraced_switches: u64,
     /// On-CPU samples taken of target threads.
     pub samples: u64,
     /// `--stacks`: stacks not stored (their slot held another stack),
@@ -82,6 +85,9 @@ impl KernelTotals {
         d.upstreams_lost = d.upstreams_lost.saturating_sub(earlier.upstreams_lost);
         d.mem_stalls_lost = d.mem_stalls_lost.saturating_sub(earlier.mem_stalls_lost);
         d.ipi_senders_lost = d.ipi_senders_lost.saturating_sub(earlier.ipi_senders_lost);
+        d.untraced_switches = d
+            .untraced_switches
+            .saturating_sub(earlier.untraced_switches);
         d.syscall_records_lost = d
             .syscall_records_lost
             .saturating_sub(earlier.syscall_records_lost);

@@ -160,6 +160,12 @@ pub struct Losses {
     /// had: e.g. a user stack unreadable at that moment). Not in `total`.
     #[serde(default)]
     pub stack_errors: u64,
+    /// Context switches of target threads the kernel made without firing
+    /// sched_switch, found by the next IRQ or switch on the CPU: the
+    /// thread's time between the last traced switch and that moment is
+    /// unexplained. Not in `total` (no record was dropped).
+    #[serde(default)]
+    pub untraced_switches: u64,
 }
 
 impl Losses {
@@ -480,6 +486,7 @@ impl RunFile {
             stack_collisions: c.kernel.stack_collisions,
             stacks_missing: c.stacks.missing,
             stack_errors: c.kernel.stack_errors,
+            untraced_switches: c.kernel.untraced_switches,
         };
         let syscall_totals = c
             .kernel

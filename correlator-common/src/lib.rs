@@ -201,10 +201,13 @@ pub enum Total {
     /// once a second). Found when the next IRQ or traced switch on the CPU
     /// finds another task current than the last traced switch put there.
     UntracedSwitches = NUM_COUNTERS as u32 + 17,
+    /// Collections of the runtime's garbage collector that target threads
+    /// ran (gc done probes that ended a start seen).
+    RuntimeGcs = NUM_COUNTERS as u32 + 18,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 18;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 19;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -452,10 +455,16 @@ pub enum Account {
     /// spinlock held across a host stall of its holder's vCPU (lock-holder
     /// preemption), the environment's time.
     LockHolderSteal = 15 + NUM_WAIT_SITES as u32,
+    /// On the CPU inside the runtime's garbage collector, run by the
+    /// thread itself (CPython collects on the allocating thread): between
+    /// the runtime's own gc start and done probes (USDT), the thread's
+    /// time on the CPU (part of `OnCpu`; its time off the CPU meanwhile
+    /// stays in the off-CPU slots and records).
+    RuntimeGc = 16 + NUM_WAIT_SITES as u32,
 }
 
 /// Number of [`Account`] slots.
-pub const NUM_ACCOUNT: usize = 16 + NUM_WAIT_SITES;
+pub const NUM_ACCOUNT: usize = 17 + NUM_WAIT_SITES;
 
 /// CPUs whose steal clocks a kernel spin compares (`CPU_RQS`); a larger
 /// machine's CPUs beyond this are not looked at for lock-holder steal.
@@ -828,6 +837,10 @@ pub struct ThreadState {
     /// or page_fault_kernel; 0: none in progress, or its start unseen);
     /// cleared with `fault_flags`.
     pub fault_ts: u64,
+    /// When the runtime's garbage collection in progress on this thread
+    /// began (its gc start probe; 0: none): its time on the CPU goes to
+    /// [`Account::RuntimeGc`] too.
+    pub gc_ts: u64,
     pub acct: [u64; NUM_ACCOUNT],
 }
 

@@ -142,6 +142,9 @@ pub(crate) fn ran_until(st: &mut ThreadState, ts: u64) {
     if st.run_ts != 0 && ts > st.run_ts {
         let ran = ts - st.run_ts;
         acct_add(st, ts, Account::OnCpu, ran);
+        if st.gc_ts != 0 {
+            acct_add(st, ts, Account::RuntimeGc, ran);
+        }
     }
     st.run_ts = ts;
 }

@@ -60,6 +60,7 @@ mod locks;
 mod maps;
 mod memory;
 mod passive;
+mod runtimes;
 mod samples;
 mod sched;
 mod syscalls;

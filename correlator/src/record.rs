@@ -232,6 +232,8 @@ pub async fn capture(
     let syscall_path = probes.syscall_path();
     let steal_measured = probes.steal_measured();
     let memory_missing = probes.memory_missing().to_vec();
+    let runtime_gc_note = probes.runtime_gc_note();
+    let runtime_gc = probes.runtime_gc_run(0);
     let crate::probes::Finished {
         programs: all_programs,
         kernel,
@@ -295,6 +297,7 @@ pub async fn capture(
                 .join(", ")
         ));
     }
+    notes.extend(runtime_gc_note);
     if !steal_measured {
         notes.push(
             "this kernel has no run-queue steal clock the probes can read (needs paravirt steal accounting and group scheduling): hypervisor steal was not measured and shows as on-CPU time".into(),
@@ -309,6 +312,10 @@ pub async fn capture(
             ));
         }
     }
+    let runtime_gc = runtime_gc.map(|r| crate::probes::RuntimeGcRun {
+        collections: kernel.runtime_gcs,
+        ..r
+    });
     Ok(Capture {
         target,
         follow_children: cfg.follow_children,
@@ -331,6 +338,7 @@ pub async fn capture(
         syscall_time: cfg.syscall_time,
         thread_names,
         stacks,
+        runtime_gc,
     })
 }
 

@@ -60,6 +60,7 @@ mod perfetto_live;
 mod pprof_live;
 mod probes_live;
 mod run_live;
+mod runtime_live;
 mod stacks_live;
 mod syscalls_live;
 mod upstream_live;

@@ -879,6 +879,22 @@ impl<'a> Accounts<'a> {
             - slot(Account::HardIrq)
             - slot(Account::SoftIrq))
         .max(0.0);
+        // The runtime's collections run by the thread itself (measured
+        // between the runtime's own gc probes): the runtime's pause, not the
+        // server's code.
+        let own_gc = slot(Account::RuntimeGc).min(rest);
+        let rest = rest - own_gc;
+        let mut by_collector = s.by_collector;
+        if own_gc > 0.0 {
+            let runtime = self
+                .run
+                .runtime_gc
+                .as_ref()
+                .map_or("the runtime", |r| r.runtime.as_str());
+            *by_collector
+                .entry(super::runtimes::own_collections(runtime))
+                .or_default() += own_gc;
+        }
         let syscall_samples = if self.run.syscall_time == SyscallTime::Sampled {
             slot(Account::SamplesSyscall)
         } else {
@@ -956,8 +972,8 @@ impl<'a> Accounts<'a> {
             blocked_sleep_ns: blocked(Site::Sleep) as u64,
             blocked_other_ns: blocked(Site::Other) as u64,
             wait_site: top(&by_wait),
-            runtime_pause_ns: s.by_collector.values().sum::<f64>() as u64,
-            collector: top(&s.by_collector),
+            runtime_pause_ns: by_collector.values().sum::<f64>() as u64,
+            collector: top(&by_collector),
             woken_by: None,
             woken_by_ns: 0,
             waker_meanwhile: None,

@@ -146,6 +146,7 @@ impl CauseKind {
                 "find what the thread waits on{} (lock holder, I/O) and shorten or remove it; re-measure",
                 detail.map_or(String::new(), |d| format!(" in {d}"))
             ),
+            CauseKind::GarbageCollection if detail.is_some_and(|d| d.starts_with("CPython")) => "shorten or spread the collections: gc.freeze() after start-up (long-lived objects leave the collector's scans), a higher gc.set_threshold, fewer reference cycles per request; re-measure (gc.callbacks time each collection)".into(),
             CauseKind::GarbageCollection => "shorten or spread the pauses: a larger young generation or heap, a concurrent collector (G1, ZGC), less allocation per request; re-measure (the JVM's own -Xlog:gc shows each pause)".into(),
             CauseKind::Hardirq => "move IRQ affinity away from the server's CPUs (knob irq-affinity=IRQ:CPULIST) and re-measure".into(),
             CauseKind::Softirq => "steer softirq work (RPS / IRQ affinity, knob rps=DEV:CPULIST) away from the server's CPUs, or pin the server elsewhere; re-measure".into(),

@@ -535,6 +535,16 @@ fn evidence(
         }
         CauseKind::GarbageCollection => {
             let by = dominant(episodes, |a| a.collector.as_ref(), |a| a.runtime_pause_ns);
+            if let Some(own) = by
+                .as_deref()
+                .filter(|c| super::runtimes::is_own_collections(c))
+            {
+                let runtime = own.split(':').next().unwrap_or("the runtime");
+                let text = format!(
+                    "{thread} ran {runtime}'s garbage collector itself (timed by {runtime}'s own gc__start/gc__done probes): {base}"
+                );
+                return (text, by);
+            }
             let text = format!(
                 "{thread} was stopped until {} woke it, ending the runtime's pause (a collection, or another safepoint operation: the name alone cannot tell): {base}",
                 by.as_deref().unwrap_or("the runtime's collector")

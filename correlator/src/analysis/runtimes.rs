@@ -13,12 +13,33 @@
 //! workers), `G1 Conc#N`, `G1 Refine#N`, `G1 Main Marker`, `ZDriver`,
 //! `ZWorker#N`, `Shenandoah…`.
 //!
+//! CPython collects on the thread that allocates: there is no other
+//! thread to wake it, so its collections are measured by its own USDT
+//! probes (`gc__start`/`gc__done`, attached by `probes::usdt` when the
+//! target's binary has them) and booked as the thread's time in the
+//! collector ([`own_collections`]).
+//!
 //! Limits: the VM Thread also runs safepoints that are not collections
 //! (deoptimisation, thread dumps, class redefinition); by name alone they
 //! are counted here too. The hotspot USDT probes (`gc__begin`/`gc__end`,
 //! `safepoint__begin`/`end`) would tell them apart; they are not attached
-//! yet. Runtimes that collect on the allocating thread (CPython) or
-//! without named threads (Go) are not recognised by this.
+//! yet. Runtimes without named collector threads or probes (Go) are not
+//! recognised.
+
+/// How the account names a runtime's collections that the server's own
+/// thread ran (CPython collects on the thread that allocates), measured
+/// between the runtime's gc probes (`probes::usdt`).
+pub fn own_collections(runtime: &str) -> String {
+    format!("{runtime}: {OWN_COLLECTIONS}")
+}
+
+const OWN_COLLECTIONS: &str = "its collector, run by the thread itself (gc__start to gc__done)";
+
+/// Whether a collector's name (`TimeAccount::collector`) is the thread's
+/// own collections rather than another thread that stopped it.
+pub fn is_own_collections(collector: &str) -> bool {
+    collector.ends_with(OWN_COLLECTIONS)
+}
 
 /// The runtime a thread named `comm` belongs to, when it is a thread that
 /// stops the others to collect garbage.

@@ -274,6 +274,42 @@ fn a_wait_the_jvms_vm_thread_ends_is_garbage_collection() {
     );
 }
 
+/// A CPython server whose stalls are its own thread running the runtime's
+/// collector (timed by CPython's gc probes): the runtime's pause, named
+/// for CPython, with CPython's remedies, not the server's own code.
+#[test]
+fn a_thread_running_cpythons_collector_is_a_gc_pause() {
+    let mut s = Synth::new(10_000.0, 5);
+    s.runtime_gc = Some(crate::probes::RuntimeGcRun {
+        runtime: "CPython".into(),
+        binary: "/usr/bin/python3.11".into(),
+        collections: 20,
+    });
+    for at in sporadic_times(20, 5) {
+        s.stall(at, 6 * MS);
+        s.on_cpu(SERVER, at, 6 * MS, &[(Account::RuntimeGc, 5_800 * US)], 0.0);
+    }
+    s.ordinary_sleeps(SERVER);
+    let a = run(s);
+    assert_verdict(&a, Signature::Sporadic, CauseKind::GarbageCollection);
+    let cause = &a.classification.causes[0];
+    assert!(
+        cause
+            .evidence
+            .contains("ran CPython's garbage collector itself"),
+        "{}",
+        cause.evidence
+    );
+    assert!(
+        cause.experiment.contains("gc.freeze"),
+        "{}",
+        cause.experiment
+    );
+    let e = &a.episodes[0].account;
+    assert!(e.runtime_pause_ns >= 5 * MS, "{e:#?}");
+    assert!(e.on_cpu_user_ns < MS, "{e:#?}");
+}
+
 /// A server whose 6 ms stalls are 20 sporadic stretches on the CPU in a
 /// syscall, with `kernel` of each in the given account slots.
 fn spinning_server(kernel: &[(Account, u64)]) -> Analysis {

@@ -158,6 +158,7 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         memory_cgroup: None,
         ipi_senders: Vec::new(),
         clocks: None,
+        runtime_gc: None,
         syscalls: Vec::new(),
         syscall_totals: BTreeMap::new(),
         sample_period_ns: 1_003_009,

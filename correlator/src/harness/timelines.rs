@@ -44,6 +44,8 @@ pub struct Synth {
     overload: Option<(u64, f64)>,
     /// Memory stalls of the threads (see `timeline::memory`).
     pub memory_stalls: Vec<crate::timeline::memory::MemStall>,
+    /// The runtime gc probes the run says were attached.
+    pub runtime_gc: Option<crate::probes::RuntimeGcRun>,
 }
 
 /// The serving thread of every synthetic run.
@@ -63,6 +65,7 @@ impl Synth {
             passive: false,
             overload: None,
             memory_stalls: Vec::new(),
+            runtime_gc: None,
         }
     }
 
@@ -87,6 +90,7 @@ impl Synth {
             passive: false,
             overload: None,
             memory_stalls: Vec::new(),
+            runtime_gc: None,
         }
     }
 
@@ -432,6 +436,7 @@ impl Synth {
             memory_cgroup: None,
             ipi_senders: Vec::new(),
             clocks: None,
+            runtime_gc: self.runtime_gc,
         };
         let lat = LatencyCapture {
             source: "synthetic".into(),

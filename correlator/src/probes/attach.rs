@@ -15,6 +15,7 @@ use aya::{
     util::online_cpus,
 };
 use correlator_common::{NO_STACK, OffCpuKind, THREAD_SLOTS, ThreadState, wait_site_of};
+use std::os::fd::{AsFd as _, OwnedFd};
 
 use super::btf::Btf;
 use crate::{latency::passive::PassiveSource, target::Asleep, timeline::syscalls};
@@ -381,6 +382,51 @@ pub(super) fn attach_passive(
         }
     }
     Ok(())
+}
+
+/// Attaches the gc probes of a managed runtime the target runs (CPython's
+/// USDT `gc__start`/`gc__done`), when one of its binaries has them. Not
+/// fatal: a kernel that refuses them leaves the run without the runtime's
+/// collections named, which the run's notes say.
+pub(super) fn attach_runtime_gc(ebpf: &mut Ebpf, pid: u32) -> super::RuntimeGc {
+    let probes = match super::usdt::find_runtime_gc(pid) {
+        Ok(Some(p)) => p,
+        Ok(None) => return super::RuntimeGc::Absent,
+        Err(e) => {
+            log::debug!("looking for runtime gc probes: {e:#}");
+            return super::RuntimeGc::Absent;
+        }
+    };
+    let mut attach = |prog: &str, probe: &super::usdt::Usdt| -> Result<OwnedFd> {
+        let program: &mut UProbe = ebpf
+            .program_mut(prog)
+            .with_context(|| format!("program {prog} missing from the eBPF object"))?
+            .try_into()?;
+        program.load().map_err(|e| refused(prog, &e))?;
+        let fd = program.fd()?.as_fd();
+        super::usdt::attach(fd, &probes.binary, probe, pid)
+    };
+    let events = match (
+        attach("gc_start", &probes.start),
+        attach("gc_done", &probes.done),
+    ) {
+        (Ok(start), Ok(done)) => vec![start, done],
+        (Err(e), _) | (_, Err(e)) => {
+            return super::RuntimeGc::Refused {
+                why: format!("{e:#}"),
+                probes,
+            };
+        }
+    };
+    log::info!(
+        "{}'s garbage collections timed by its USDT probes in {}",
+        probes.runtime,
+        probes.binary.display()
+    );
+    super::RuntimeGc::Attached {
+        probes,
+        _events: events,
+    }
 }
 
 /// The kernel's refusal, without the verifier's full log (hundreds of lines):

@@ -8,11 +8,12 @@ pub mod calibrate;
 pub mod stats_windows;
 mod totals;
 pub mod tracefs;
+pub mod usdt;
 
 pub use attach::{PERF_EVENTS, TRACEPOINTS};
 use attach::{
-    SocketHooks, SocketUse, ThreadTable, attach_all, attach_memory, attach_passive, attach_sockets,
-    bpf_stats_sysctl_on, load_error,
+    SocketHooks, SocketUse, ThreadTable, attach_all, attach_memory, attach_passive,
+    attach_runtime_gc, attach_sockets, bpf_stats_sysctl_on, load_error,
 };
 pub use totals::{IRQ_KIND_NAMES, KernelTotals};
 
@@ -223,6 +224,36 @@ pub struct Probes {
     /// Whether `--syscalls` requests are timed from their arrival in the
     /// socket (`sk_data_ready` attached).
     arrival_timed: bool,
+    /// The runtime gc probes found in the target, and what became of them.
+    runtime_gc: RuntimeGc,
+}
+
+/// A managed runtime's gc probes as a run records them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeGcRun {
+    /// The runtime ("CPython").
+    pub runtime: String,
+    /// The binary holding the probes, as the target maps it.
+    pub binary: String,
+    /// Collections the target's threads ran while recorded.
+    pub collections: u64,
+}
+
+/// The gc probes of a managed runtime the target runs (see `usdt`).
+pub enum RuntimeGc {
+    /// None in the target's binaries.
+    Absent,
+    /// Attached: the perf events hold the probes (and their semaphores)
+    /// until dropped with the probes.
+    Attached {
+        probes: usdt::RuntimeGcProbes,
+        _events: Vec<OwnedFd>,
+    },
+    /// Found, but the kernel refused them: why.
+    Refused {
+        probes: usdt::RuntimeGcProbes,
+        why: String,
+    },
 }
 
 fn take_map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
@@ -419,6 +450,7 @@ impl Probes {
         if let Some(source) = &cfg.passive {
             attach_passive(&mut ebpf, source, target.pid, hooks, sockets)?;
         }
+        let runtime_gc = attach_runtime_gc(&mut ebpf, target.pid);
         // After attaching, so a thread created meanwhile is seen by
         // task_newtask or by this scan.
         for (tgid, tid) in target.threads(cfg.follow_children) {
@@ -452,7 +484,38 @@ impl Probes {
             stats_enabled,
             steal_measured: config.task_cfs_rq_offset != 0,
             arrival_timed: config.pair_at_sockets != 0 && cfg.from_arrival,
+            runtime_gc,
         })
+    }
+
+    /// The runtime gc probes found in the target, and whether they attached.
+    pub fn runtime_gc(&self) -> &RuntimeGc {
+        &self.runtime_gc
+    }
+
+    /// The attached runtime gc probes as a run records them, with the
+    /// collections counted (`KernelTotals::runtime_gcs`).
+    pub fn runtime_gc_run(&self, collections: u64) -> Option<RuntimeGcRun> {
+        match &self.runtime_gc {
+            RuntimeGc::Attached { probes, .. } => Some(RuntimeGcRun {
+                runtime: probes.runtime.to_string(),
+                binary: probes.shown_binary(),
+                collections,
+            }),
+            _ => None,
+        }
+    }
+
+    /// A run note when gc probes were found but refused.
+    pub fn runtime_gc_note(&self) -> Option<String> {
+        match &self.runtime_gc {
+            RuntimeGc::Refused { probes, why } => Some(format!(
+                "{}'s gc probes in {} were found but not attached ({why}): its garbage collections are not named",
+                probes.runtime,
+                probes.shown_binary()
+            )),
+            _ => None,
+        }
     }
 
     /// Actual bucket width: the asked width rounded down to a power of two ns.
@@ -705,6 +768,7 @@ impl Probes {
         totals.mem_stalls_lost = sum[Total::MemStallsLost as usize];
         totals.ipi_senders_lost = sum[Total::IpiSendersLost as usize];
         totals.untraced_switches = sum[Total::UntracedSwitches as usize];
+        totals.runtime_gcs = sum[Total::RuntimeGcs as usize];
         totals.samples = sum[Total::Samples as usize];
         totals.stack_collisions = sum[Total::StackCollisions as usize];
         totals.stack_errors = sum[Total::StackErrors as usize];

@@ -39,6 +39,8 @@ pub struct KernelTotals {
     /// Context switches of target threads the kernel made without tracing
     /// them (see `Total::UntracedSwitches`).
     pub untraced_switches: u64,
+    /// Runtime garbage collections that target threads ran (USDT).
+    pub runtime_gcs: u64,
     /// On-CPU samples taken of target threads.
     pub samples: u64,
     /// `--stacks`: stacks not stored (their slot held another stack),
@@ -88,6 +90,7 @@ impl KernelTotals {
         d.untraced_switches = d
             .untraced_switches
             .saturating_sub(earlier.untraced_switches);
+        d.runtime_gcs = d.runtime_gcs.saturating_sub(earlier.runtime_gcs);
         d.syscall_records_lost = d
             .syscall_records_lost
             .saturating_sub(earlier.syscall_records_lost);

@@ -218,6 +218,7 @@ pub fn recover(start: Start, deltas: Vec<Delta>, torn_bytes: usize) -> RunFile {
         memory_cgroup: None,
         ipi_senders: Vec::new(),
         clocks: None,
+        runtime_gc: None,
     };
     let frames = deltas.len();
     let mut passive = start

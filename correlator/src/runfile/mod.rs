@@ -361,6 +361,11 @@ pub struct RunFile {
     /// read at the end of recording (absent in older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clocks: Option<crate::clock::ClockSnapshot>,
+    /// A managed runtime's own gc probes attached for the run (CPython's
+    /// USDT): its collections on target threads are measured, in the
+    /// `runtime_gc` account slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_gc: Option<crate::probes::RuntimeGcRun>,
 }
 
 /// Name of each account slot in run files, in `correlator_common::Account`
@@ -389,10 +394,10 @@ pub const ACCOUNT_NAMES: [&str; correlator_common::NUM_ACCOUNT] = [
     "timer_silence",
     "lock_spin",
     "lock_holder_steal",
+    "runtime_gc",
 ];
 
-const _: () =
-    assert!(correlator_common::Account::LockHolderSteal as usize == ACCOUNT_NAMES.len() - 1);
+const _: () = assert!(correlator_common::Account::RuntimeGc as usize == ACCOUNT_NAMES.len() - 1);
 
 /// Name of each counter slot in run files.
 pub fn counter_name(c: Counter) -> &'static str {
@@ -457,6 +462,8 @@ pub struct Capture {
     pub sample_period_ns: u64,
     pub syscall_time: crate::probes::SyscallTime,
     pub thread_names: BTreeMap<u32, String>,
+    /// A managed runtime's gc probes attached for the run.
+    pub runtime_gc: Option<crate::probes::RuntimeGcRun>,
     /// Symbolized stacks (empty without `--stacks`).
     pub stacks: StackTable,
 }
@@ -568,6 +575,7 @@ impl RunFile {
             memory_cgroup,
             ipi_senders: c.timeline.ipi_senders().to_vec(),
             clocks: Some(crate::clock::ClockSnapshot::now()),
+            runtime_gc: c.runtime_gc,
         }
     }
 

@@ -171,6 +171,7 @@ impl FlightRecorder {
             (true, Some(p)) => crate::symbols::symbolize(w.target.pid, &p.raw_stacks(&timeline)),
             _ => Default::default(),
         };
+        let kernel_gcs = kernel.runtime_gcs;
         let mut notes = w.notes;
         if self.requests_over_cap > 0 {
             notes.push(format!(
@@ -205,6 +206,7 @@ impl FlightRecorder {
                 .collect(),
             sample_period_ns: w.sample_period_ns,
             syscall_time: w.syscall_time,
+            runtime_gc: w.probes.and_then(|p| p.runtime_gc_run(kernel_gcs)),
             thread_names,
             stacks,
         })

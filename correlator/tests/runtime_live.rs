@@ -1,0 +1,98 @@
+//! Managed runtimes' own pauses, live: Debian's CPython running full
+//! collections on its serving thread, found by its own USDT probes.
+
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::util::{
+    Proc, debian_binary, free_port, run_report, scratch, top_server_cause, wait_listening,
+};
+
+/// The CPython case's server, shared with the corpus (corpus/recipes).
+const GC_SERVER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../corpus/recipes/gc_server.py"
+);
+
+live_test! {
+    /// corpus/recipes/gc_server.py on Debian's python3.11, pinned to CPU 1:
+    /// a single-threaded asyncio server keeping 400,000 objects in
+    /// reference cycles runs `gc.collect()` on its serving thread every
+    /// second (about 35 ms each here), timing every collection itself
+    /// (`gc.callbacks`, CLOCK_MONOTONIC) as the outside truth. The report
+    /// must name garbage collection by CPython as the top cause, periodic
+    /// with the collections' own period (the interval between their starts,
+    /// from the interpreter's timestamps) within 5%; and in every episode
+    /// that a collection overlaps by at least 5 ms, the measured collector
+    /// time must be the interpreter's own within 5% + 1 ms.
+    fn cpython_collections_are_named_by_its_own_probes() {
+        let Some(python) = debian_binary("/usr/bin/python3.11", "cpython_collections_are_named_by_its_own_probes") else {
+            return;
+        };
+        let dir = scratch("cpython-gc");
+        let facts = dir.join("facts.json");
+        let port = free_port();
+        let mut server = Proc(
+            Command::new("taskset")
+                .args(["-c", "1", &python, GC_SERVER, &port.to_string(), "400000", "1000"])
+                .arg(&facts)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("python3.11"),
+        );
+        wait_listening(port);
+        let report = run_report(server.0.id(), &format!("http://127.0.0.1:{port}/"), 2000, "10s", &dir, &[]);
+        // SIGTERM: the server writes its collections, then exits.
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
+        let _ = server.0.wait();
+        let truth: Value =
+            serde_json::from_str(&std::fs::read_to_string(&facts).expect("the server's facts")).expect("facts json");
+        let collections: Vec<(u64, u64)> = truth["collections"]
+            .as_array()
+            .expect("collections")
+            .iter()
+            .map(|c| (c[0].as_u64().expect("start"), c[1].as_u64().expect("end")))
+            .collect();
+        let full: Vec<(u64, u64)> =
+            collections.iter().copied().filter(|(s, e)| e - s >= 10_000_000).collect();
+        eprintln!("{} collections by the interpreter's own clock, {} of 10 ms or more", collections.len(), full.len());
+        assert!(full.len() >= 8, "too few full collections: {}", full.len());
+        let gaps: Vec<f64> = full.windows(2).map(|w| (w[1].0 - w[0].0) as f64 / 1e6).collect();
+        let period = gaps.iter().sum::<f64>() / gaps.len() as f64;
+
+        let c = &report["classification"];
+        let top = top_server_cause(c);
+        assert_eq!(top["cause"], "garbage_collection", "{c:#}");
+        let evidence = top["evidence"].as_str().expect("evidence");
+        assert!(evidence.contains("CPython's garbage collector"), "CPython is not named: {evidence}");
+        let family = report["families"]
+            .as_array()
+            .expect("families")
+            .iter()
+            .find(|f| f["cause"] == "garbage_collection")
+            .expect("a garbage-collection family");
+        assert_eq!(family["signature"], "periodic", "{}", family["evidence"]);
+        let found = family["periodicity"]["period_ms"].as_f64().expect("period");
+        eprintln!("period: report {found:.1} ms, the interpreter's collections {period:.1} ms apart");
+        assert!((found - period).abs() <= 0.05 * period, "period {found:.1} ms vs the collections' {period:.1} ms");
+
+        let mut checked = 0;
+        for e in report["episodes"].as_array().expect("episodes") {
+            let (a, b) = (e["start_ns"].as_u64().expect("start"), e["end_ns"].as_u64().expect("end"));
+            let overlap: u64 = collections.iter().map(|&(s, t)| t.min(b).saturating_sub(s.max(a))).sum();
+            if overlap < 5_000_000 {
+                continue;
+            }
+            let measured = e["account"]["runtime_pause_ns"].as_u64().unwrap_or(0);
+            eprintln!("episode at {a}: collector {:.2} ms measured, {:.2} ms by the interpreter", measured as f64 / 1e6, overlap as f64 / 1e6);
+            assert!(
+                measured.abs_diff(overlap) as f64 <= 0.05 * overlap as f64 + 1e6,
+                "episode at {a}: collector {measured} ns measured vs {overlap} ns by the interpreter"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 5, "only {checked} episodes overlapped a collection");
+    }
+}

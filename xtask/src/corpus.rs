@@ -105,6 +105,7 @@ fn record(name: &str, runs: usize) -> Result<()> {
             Some("redis") => redis(&bin, recipe, &out),
             Some("memcached") => memcached(&bin, recipe, &out),
             Some("jvm") => jvm(&bin, recipe, &out),
+            Some("cpython-gc") => cpython_gc(&bin, recipe, &out),
             Some("nginx-proxy") => nginx_proxy(&bin, recipe, &out),
             Some("helper") => helper(&bin, recipe, &out),
             other => bail!("unknown recipe kind {other:?}"),
@@ -657,6 +658,70 @@ fn jvm(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
         "gc_pause_max_ms": ms.iter().copied().fold(0.0, f64::max),
         "gc_pause_ms": ms,
         "gc_interval_ms": gaps.iter().map(|g| g.round()).collect::<Vec<_>>(),
+    }))
+}
+
+/// The CPython case: corpus/recipes/gc_server.py on Debian's python3.11,
+/// pinned to CPU 1, running a full collection of a large graph on its
+/// serving thread every `period_ms`; every collection timed by the
+/// interpreter's own gc.callbacks, into the facts.
+fn cpython_gc(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
+    let num = |k: &str| {
+        recipe[k]
+            .as_u64()
+            .with_context(|| format!("cpython-gc recipe: {k}"))
+    };
+    let (objects, period_ms, rate, seconds) =
+        (num("objects")?, num("period_ms")?, num("rate")?, num("seconds")?);
+    let port = free_port()?;
+    let tmp = workspace_root().join(format!("target/corpus-cpython-{port}"));
+    std::fs::create_dir_all(&tmp)?;
+    let facts_file = tmp.join("gc.json");
+    let server = Server(
+        Command::new("taskset")
+            .args(["-c", "1", "/usr/bin/python3.11"])
+            .arg(recipes_dir().join("gc_server.py"))
+            .args([port.to_string(), objects.to_string(), period_ms.to_string()])
+            .arg(&facts_file)
+            .stdout(Stdio::null())
+            .spawn()
+            .context("/usr/bin/python3.11 (Debian's python3.11)")?,
+    );
+    wait_listening(port)?;
+    let url = format!("http://127.0.0.1:{port}/");
+    let command = correlator_run_at(
+        bin,
+        server.0.id(),
+        &url,
+        out,
+        u32::try_from(seconds)?,
+        rate,
+        &[],
+    );
+    // Dropped: SIGTERM, on which the server writes its collections.
+    drop(server);
+    let command = command?;
+    let truth: Value = serde_json::from_str(
+        &std::fs::read_to_string(&facts_file).context("the server wrote no facts")?,
+    )?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    let full: Vec<(f64, f64)> = truth["collections"]
+        .as_array()
+        .context("collections")?
+        .iter()
+        .filter_map(|c| Some((c[0].as_f64()? / 1e6, (c[1].as_f64()? - c[0].as_f64()?) / 1e6)))
+        .filter(|&(_, ms)| ms >= 10.0)
+        .collect();
+    if full.len() < 6 {
+        bail!("only {} full collections in the run", full.len());
+    }
+    let gaps: Vec<f64> = full.windows(2).map(|w| (w[1].0 - w[0].0).round()).collect();
+    Ok(json!({
+        "command": command,
+        "gc_full_collections": full.len(),
+        "gc_ms": full.iter().map(|c| (c.1 * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
+        "gc_interval_ms": gaps,
+        "served": truth["served"],
     }))
 }
 

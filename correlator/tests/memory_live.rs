@@ -194,7 +194,8 @@ live_test! {
     /// writes to swap), the fault sleeps mostly named swap-in rather than
     /// left to major_faults (a file's), and per episode the stall and
     /// fault time comes to at least the helper's own burst time less 10% +
-    /// 1 ms and what IRQs, waiting for the CPU and the host took from it.
+    /// 1 ms, what IRQs, waiting for the CPU and the host took from it, and
+    /// two standard errors of the sampled split of its time on the CPU.
     fn an_anonymous_page_read_back_from_swap_is_a_swap_in() {
         let _swap = SwapFile::on(512);
         let limit = MemoryLimit::new("correlator-swap-in", 8 << 20);
@@ -260,11 +261,31 @@ live_test! {
             let other = ns("hardirq_ns") + ns("softirq_ns") + ns("runnable_ns") + ns("steal_ns")
                 + ns("timer_silence_ns");
             let slack = 0.1 * truth as f64 + 1e6;
+            eprintln!(
+                "episode at {a}: burst {:.2} ms; memory {:.2} (stall {:.2}, faults on CPU {:.2} ± {:.2}, fault sleeps {:.2}), other {:.2}, user {:.2}, unexplained {:.2}",
+                truth as f64 / 1e6,
+                memory as f64 / 1e6,
+                ns("memory_stall_ns") as f64 / 1e6,
+                ns("fault_ns") as f64 / 1e6,
+                ns("fault_error_ns") as f64 / 1e6,
+                ns("blocked_fault_ns") as f64 / 1e6,
+                other as f64 / 1e6,
+                ns("on_cpu_user_ns") as f64 / 1e6,
+                ns("unexplained_ns") as f64 / 1e6
+            );
+            // Fault handling on the CPU is the samples' share of the
+            // thread's kernel time (`fault_ns`), with the binomial standard
+            // error the account states (`fault_error_ns`: 1.0-2.4 ms in these
+            // bursts, which take 10-20 samples): a burst of 15.68 ms whose
+            // stall and faults came to 12.25 ms failed CI once, the rest of
+            // it sampled as user code. Two standard errors of the split
+            // stand beside the slack.
+            let split = 2.0 * ns("fault_error_ns") as f64;
             // No upper bound from the burst: at its limit the cgroup also
             // reclaims for whatever else the thread allocates (a reply's
             // buffers), outside the burst, and that is a memory stall too.
             assert!(
-                memory as f64 + other as f64 >= truth as f64 - slack,
+                memory as f64 + other as f64 + split >= truth as f64 - slack,
                 "episode at {a}: memory stall {:.2} ms and faults {:.2} ms, the helper's burst {:.2} ms",
                 ns("memory_stall_ns") as f64 / 1e6,
                 (ns("fault_ns") + ns("blocked_fault_ns")) as f64 / 1e6,

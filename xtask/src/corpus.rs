@@ -671,8 +671,12 @@ fn cpython_gc(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
             .as_u64()
             .with_context(|| format!("cpython-gc recipe: {k}"))
     };
-    let (objects, period_ms, rate, seconds) =
-        (num("objects")?, num("period_ms")?, num("rate")?, num("seconds")?);
+    let (objects, period_ms, rate, seconds) = (
+        num("objects")?,
+        num("period_ms")?,
+        num("rate")?,
+        num("seconds")?,
+    );
     let port = free_port()?;
     let tmp = workspace_root().join(format!("target/corpus-cpython-{port}"));
     std::fs::create_dir_all(&tmp)?;
@@ -709,7 +713,12 @@ fn cpython_gc(bin: &Path, recipe: &Value, out: &Path) -> Result<Value> {
         .as_array()
         .context("collections")?
         .iter()
-        .filter_map(|c| Some((c[0].as_f64()? / 1e6, (c[1].as_f64()? - c[0].as_f64()?) / 1e6)))
+        .filter_map(|c| {
+            Some((
+                c[0].as_f64()? / 1e6,
+                (c[1].as_f64()? - c[0].as_f64()?) / 1e6,
+            ))
+        })
         .filter(|&(_, ms)| ms >= 10.0)
         .collect();
     if full.len() < 6 {

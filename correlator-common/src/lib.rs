@@ -259,6 +259,12 @@ pub struct OffCpuRecord {
     pub waker_tid: u32,
     pub waker_tgid: u32,
     pub waker_context: u32,
+    /// `--stacks`: the waker's kernel stack at the wakeup (the release
+    /// site: the unlock, the signal, the I/O completion) and, when it is a
+    /// target thread waking in its own context, its user stack; negative:
+    /// none (as `kstack`).
+    pub waker_kstack: i32,
+    pub waker_ustack: i32,
     pub _pad: u32,
 }
 
@@ -823,6 +829,10 @@ pub struct ThreadState {
     pub waker_tid: u32,
     pub waker_tgid: u32,
     pub waker_context: u32,
+    /// `--stacks`: the waker's stacks at that wakeup (see
+    /// [`OffCpuRecord::waker_kstack`]).
+    pub waker_kstack: i32,
+    pub waker_ustack: i32,
     pub top_syscall_ns: u64,
     /// The memory stall in progress ([`MemStallKind`] as u32, 0: none)
     /// and when it began: the outermost one (memory.high handling

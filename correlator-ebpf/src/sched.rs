@@ -282,6 +282,8 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     state.off_kstack = out.kstack;
     state.off_ustack = out.ustack;
     state.waker_context = WakeContext::None as u32;
+    state.waker_kstack = NO_STACK;
+    state.waker_ustack = NO_STACK;
     // Named by note_runner when that task's slice ends (or by userspace).
     state.next_comm[0] = 0;
     if runnable {
@@ -364,6 +366,16 @@ pub(crate) fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64,
                 } else {
                     WakeContext::None as u32
                 },
+                waker_kstack: if st.off_kind == OffCpuKind::Blocked as u32 {
+                    st.waker_kstack
+                } else {
+                    NO_STACK
+                },
+                waker_ustack: if st.off_kind == OffCpuKind::Blocked as u32 {
+                    st.waker_ustack
+                } else {
+                    NO_STACK
+                },
                 _pad: 0,
             });
             entry.submit(BPF_RB_NO_WAKEUP as u64);
@@ -418,6 +430,20 @@ pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
             }
             _ => WakeContext::Task as u32,
         };
+        // The release site. A user stack only of a target thread waking in
+        // its own context: userspace symbolizes user stacks against the
+        // target's address space, and an interrupt's is whoever it hit.
+        let (kstack, ustack) = if config!(stacks) == 0 {
+            (NO_STACK, NO_STACK)
+        } else if (*st).waker_context == WakeContext::Task as u32
+            && is_target_tgid((*st).waker_tgid)
+        {
+            (stack_id(&ctx, 0), stack_id(&ctx, USER_STACK))
+        } else {
+            (stack_id(&ctx, 0), NO_STACK)
+        };
+        (*st).waker_kstack = kstack;
+        (*st).waker_ustack = ustack;
         let ts = now();
         (*st).wakeup_ts = ts;
         (*st).next_pid = 0;

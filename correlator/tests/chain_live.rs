@@ -59,7 +59,10 @@ live_test! {
         // Server and holder on one CPU, the load generator on the other:
         // the holder wakes to an idle CPU, so its hold is its sleep.
         server.pin_all("0");
-        let report = run_report(server.0.id(), &format!("tcp://{addr}"), 2000, "10s", &dir, &[]);
+        // With stacks: the release site (the holder's unlock) is named too.
+        let report = run_report(
+            server.0.id(), &format!("tcp://{addr}"), 2000, "10s", &dir, &["--stacks".as_ref()],
+        );
         drop(server);
         let log = std::fs::read_to_string(&events).expect("events");
         let (holds, waits) = (spans(&log, "hold_lock"), spans(&log, "wait_for_lock"));
@@ -72,6 +75,12 @@ live_test! {
         assert!(
             evidence.contains("until path-trigger (tid") && evidence.contains("clock_nanosleep"),
             "the holder and its sleep are not named: {evidence}"
+        );
+        // The unlock woke the server: the holder's futex wake, its kernel
+        // side of releasing the mutex.
+        assert!(
+            evidence.contains("released at") && evidence.contains("futex_wake"),
+            "the release site is not named: {evidence}"
         );
 
         // Per episode: the holder's sleep while the server waited for it,
@@ -97,6 +106,11 @@ live_test! {
                 window.start_ns, truth as f64 / 1e6, a["woken_by"]
             );
             assert_eq!(a["waker_meanwhile"], "blocked in clock_nanosleep", "{a:#}");
+            assert!(
+                a["released_at"].as_str().is_some_and(|r| r.ends_with("futex_wake")),
+                "episode at {}: release site {}",
+                window.start_ns, a["released_at"]
+            );
             let ours = a["waker_meanwhile_ns"].as_u64().expect("waker_meanwhile_ns");
             let bound = 0.05 * truth as f64 + 1e6;
             assert!(

@@ -131,6 +131,11 @@ pub struct TimeAccount {
     pub waker_meanwhile: Option<String>,
     #[serde(default)]
     pub waker_meanwhile_ns: u64,
+    /// `--stacks`: where that waker woke the thread, most of that time
+    /// (the release site: its user frames when it is a target thread, else
+    /// its kernel frames past the wake-up machinery), leaf first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_at: Option<String>,
     /// Stalled in memory management (direct reclaim, reclaim in the memory
     /// cgroup, compaction, memory.high handling, mmap_lock waits,
     /// swap-ins), on or off the CPU, from the kernel's own events: taken
@@ -288,6 +293,14 @@ impl TimeAccount {
         )
         .map(|(what, t)| (what, t / n))
         .unzip();
+        let released_at = most_time(
+            accounts
+                .iter()
+                .filter(|a| a.woken_by.is_some() && a.woken_by == woken_by),
+            |a| a.released_at.as_ref(),
+            |a| a.woken_by_ns,
+        )
+        .map(|(site, _)| site);
         let (top_syscall, top_syscall_ns) =
             named(|a| a.top_syscall.as_ref(), |a| a.top_syscall_ns).unzip();
         let mut kinds: BTreeMap<StallKind, u64> = BTreeMap::new();
@@ -336,6 +349,7 @@ impl TimeAccount {
             woken_by_ns: woken_by_ns.unwrap_or(0),
             waker_meanwhile,
             waker_meanwhile_ns: waker_meanwhile_ns.unwrap_or(0),
+            released_at,
             memory_stall_ns: mean(|a| a.memory_stall_ns),
             memory_stall: kinds.first().map(|&(k, _)| k),
             memory_stall_kinds: kinds,
@@ -426,6 +440,8 @@ struct Sums {
     upstream_reply: u64,
     /// Blocked time (idle waits aside) by who woke it.
     by_waker: HashMap<String, f64>,
+    /// The same time by waker and release site (`--stacks`).
+    by_release: HashMap<String, HashMap<String, f64>>,
     /// Within those waits, by waker, what the waker itself did (its own
     /// off-CPU records): the second link of the wait-for chain.
     waker_did: HashMap<String, HashMap<String, f64>>,
@@ -669,6 +685,13 @@ impl<'a> Accounts<'a> {
                     if let Some(w) = &r.waker {
                         let who = w.describe();
                         *s.by_waker.entry(who.clone()).or_default() += o;
+                        if let Some(site) = super::release::site(&self.run.stacks, w) {
+                            *s.by_release
+                                .entry(who.clone())
+                                .or_default()
+                                .entry(site)
+                                .or_default() += o;
+                        }
                         if w.context == WakeContext::Task && w.tid != tid {
                             let from = span.start_ns.max(start);
                             let to = span.end_ns.min(end);
@@ -978,6 +1001,7 @@ impl<'a> Accounts<'a> {
             woken_by_ns: 0,
             waker_meanwhile: None,
             waker_meanwhile_ns: 0,
+            released_at: None,
             memory_stall_ns: memory as u64,
             memory_stall: kinds.first().map(|&(k, _)| k),
             memory_stall_kinds: kinds,
@@ -1001,6 +1025,7 @@ impl<'a> Accounts<'a> {
                 account.waker_meanwhile_ns = did.get(&what).copied().unwrap_or(0.0) as u64;
                 account.waker_meanwhile = Some(what);
             }
+            account.released_at = s.by_release.get(&who).and_then(top);
             account.woken_by = Some(who);
         }
         if let Some(name) = top(&s.by_syscall) {

@@ -142,6 +142,9 @@ fn wait_for_chain(episodes: &[Episode]) -> String {
         h.waker,
         pct(h.woken_ns as f64 / h.blocked_ns.max(1) as f64)
     );
+    if let Some(site) = &h.released_at {
+        text.push_str(&format!(", released at {site}"));
+    }
     if let Some((what, ns)) = &h.did {
         text.push_str(&format!(
             ", itself {what} for {} of it ({} per episode)",
@@ -164,6 +167,8 @@ struct Holder {
     episodes: usize,
     /// What it did meanwhile ("blocked in clock_nanosleep"), and how long.
     did: Option<(String, u64)>,
+    /// `--stacks`: where it released the thread, most of that time.
+    released_at: Option<String>,
 }
 
 impl Holder {
@@ -175,9 +180,13 @@ impl Holder {
             .filter(|a| a.woken_by.as_ref() == Some(&waker))
             .collect();
         let mut did: std::collections::BTreeMap<&str, u64> = Default::default();
+        let mut sites: std::collections::BTreeMap<&str, u64> = Default::default();
         for a in &by_waker {
             if let Some(m) = &a.waker_meanwhile {
                 *did.entry(m.as_str()).or_default() += a.waker_meanwhile_ns;
+            }
+            if let Some(site) = &a.released_at {
+                *sites.entry(site.as_str()).or_default() += a.woken_by_ns;
             }
         }
         Some(Self {
@@ -188,6 +197,10 @@ impl Holder {
                 .into_iter()
                 .max_by_key(|(_, ns)| *ns)
                 .map(|(what, ns)| (what.to_string(), ns)),
+            released_at: sites
+                .into_iter()
+                .max_by_key(|(_, ns)| *ns)
+                .map(|(site, _)| site.to_string()),
             waker,
         })
     }

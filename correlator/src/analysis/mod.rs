@@ -18,6 +18,7 @@ pub mod episodes;
 pub mod families;
 pub mod kernel;
 pub mod paths;
+pub mod release;
 pub mod runtimes;
 mod signature;
 pub mod upstreams;

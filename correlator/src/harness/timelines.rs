@@ -296,6 +296,8 @@ impl Synth {
                 tgid: last.tgid,
                 comm: name.into(),
                 context: crate::timeline::WakeContext::Task,
+                kstack: None,
+                ustack: None,
             });
         }
     }

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::analysis::{CodePaths, paths::CodePath};
+use crate::timeline::stacks::short_frame;
 
 /// Folded-stack text, one line per stack, counts in µs.
 pub fn folded(stacks: &BTreeMap<String, u64>) -> String {
@@ -59,23 +60,6 @@ pub fn svg(cp: &CodePaths) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// A short, readable form of a frame: generics dropped, a Rust path cut
-/// to its last two segments, the kernel marker dropped.
-fn short(frame: &str) -> String {
-    let mut s = String::new();
-    let mut depth = 0usize;
-    for c in frame.trim_end_matches("_[k]").chars() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth = depth.saturating_sub(1),
-            c if depth == 0 => s.push(c),
-            _ => {}
-        }
-    }
-    let parts: Vec<&str> = s.split("::").filter(|p| !p.is_empty()).collect();
-    parts[parts.len().saturating_sub(2)..].join("::")
-}
-
 /// One line for a code path: the innermost user frames, then the
 /// kernel's entry frames.
 pub fn one_line(path: &CodePath) -> String {
@@ -83,9 +67,9 @@ pub fn one_line(path: &CodePath) -> String {
         path.frames.iter().partition(|f| f.ends_with("_[k]"));
     let user: Vec<String> = user[user.len().saturating_sub(3)..]
         .iter()
-        .map(|f| short(f))
+        .map(|f| short_frame(f))
         .collect();
-    let kernel: Vec<String> = kernel.iter().take(3).map(|f| short(f)).collect();
+    let kernel: Vec<String> = kernel.iter().take(3).map(|f| short_frame(f)).collect();
     match (user.is_empty(), kernel.is_empty()) {
         (false, false) => format!("{} ⇒ kernel {}", user.join(" → "), kernel.join(" → ")),
         (false, true) => user.join(" → "),

@@ -144,6 +144,13 @@ pub struct Waker {
     /// files built without names).
     pub comm: Comm,
     pub context: WakeContext,
+    /// `--stacks`: its kernel stack at the wakeup (the release site), and
+    /// its user stack when it is a target thread waking in its own context
+    /// (ids in the run's stack table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kstack: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ustack: Option<u32>,
 }
 
 /// The context a wakeup ran in.
@@ -178,6 +185,8 @@ impl Waker {
             tgid,
             comm: Comm::default(),
             context,
+            kstack: None,
+            ustack: None,
         })
     }
 
@@ -224,7 +233,11 @@ impl From<&OffCpuRecord> for OffCpu {
             site: Site::from_raw(r.site),
             kstack: stacks::stack_id(r.kstack),
             ustack: stacks::stack_id(r.ustack),
-            waker: Waker::from_raw(r.waker_tid, r.waker_tgid, r.waker_context),
+            waker: Waker::from_raw(r.waker_tid, r.waker_tgid, r.waker_context).map(|w| Waker {
+                kstack: stacks::stack_id(r.waker_kstack),
+                ustack: stacks::stack_id(r.waker_ustack),
+                ..w
+            }),
         }
     }
 }

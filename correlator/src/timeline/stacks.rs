@@ -106,6 +106,10 @@ impl RawStacks {
         for o in offcpu {
             kernel.extend(o.kstack);
             user.extend(o.ustack);
+            if let Some(w) = &o.waker {
+                kernel.extend(w.kstack);
+                user.extend(w.ustack);
+            }
         }
         (kernel.into_iter().collect(), user.into_iter().collect())
     }
@@ -151,6 +155,23 @@ impl StackTable {
     pub fn user_depth(&self, id: u32) -> usize {
         self.user.get(&id).map_or(0, Vec::len)
     }
+}
+
+/// A short, readable form of a frame: generics dropped, a Rust path cut
+/// to its last two segments, the kernel marker (`_[k]`) dropped.
+pub fn short_frame(frame: &str) -> String {
+    let mut s = String::new();
+    let mut depth = 0usize;
+    for c in frame.trim_end_matches("_[k]").chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth = depth.saturating_sub(1),
+            c if depth == 0 => s.push(c),
+            _ => {}
+        }
+    }
+    let parts: Vec<&str> = s.split("::").filter(|p| !p.is_empty()).collect();
+    parts[parts.len().saturating_sub(2)..].join("::")
 }
 
 /// Builds a [`StackTable`], interning names.

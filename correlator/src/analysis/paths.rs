@@ -21,7 +21,7 @@ use super::{
 use crate::{
     runfile::RunFile,
     timeline::{
-        stacks::{Sample, SampleContext, StackKind, StackTable},
+        stacks::{Sample, SampleContext, StackId, StackKind, StackTable},
         syscalls::{self, Site},
     },
 };
@@ -315,8 +315,9 @@ impl<'a> PathIndex<'a> {
                 OffKind::Blocked => PathCategory::Blocked(r.site),
                 OffKind::Runnable => PathCategory::Runnable,
             };
-            let frames = path(table, r.kstack, r.ustack, r.syscall);
-            if let Some(u) = r.ustack {
+            let (kstack, ustack) = (r.kstack.map(StackId::get), r.ustack.map(StackId::get));
+            let frames = path(table, kstack, ustack, r.syscall);
+            if let Some(u) = ustack {
                 out.user_depths.push(table.user_depth(u));
             }
             *out.by_path.entry((cat, frames)).or_default() += span.overlap(start, end) as f64;

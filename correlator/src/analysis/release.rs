@@ -47,7 +47,7 @@ pub fn site(stacks: &StackTable, w: &Waker) -> Option<String> {
         .ustack
         .map(|u| {
             stacks
-                .frames(StackKind::User, u)
+                .frames(StackKind::User, u.get())
                 .take(USER_FRAMES)
                 .map(short_frame)
                 .collect()
@@ -57,7 +57,7 @@ pub fn site(stacks: &StackTable, w: &Waker) -> Option<String> {
     let mut kernel: Vec<String> = w
         .kstack
         .map(|k| {
-            let frames: Vec<&str> = stacks.frames(StackKind::Kernel, k).collect();
+            let frames: Vec<&str> = stacks.frames(StackKind::Kernel, k.get()).collect();
             // Past the last machinery frame near the leaf: the probe's own
             // frames (its JIT-compiled program has no symbol of its own and
             // takes the nearest one's name) come first, then the wake-up.
@@ -89,7 +89,10 @@ pub fn site(stacks: &StackTable, w: &Waker) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timeline::{WakeContext, stacks::StackTableBuilder};
+    use crate::timeline::{
+        WakeContext,
+        stacks::{StackId, StackTableBuilder},
+    };
 
     fn waker(kstack: Option<u32>, ustack: Option<u32>) -> Waker {
         Waker {
@@ -97,8 +100,8 @@ mod tests {
             tgid: 7,
             comm: "holder".into(),
             context: WakeContext::Task,
-            kstack,
-            ustack,
+            kstack: kstack.and_then(StackId::new),
+            ustack: ustack.and_then(StackId::new),
         }
     }
 

@@ -23,6 +23,7 @@ use super::Report;
 use crate::{
     analysis::{kernel::OffKind, kernel::Threads, paths},
     runfile::RunFile,
+    timeline::stacks::StackId,
 };
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -169,7 +170,12 @@ pub fn profile(report: &Report, run: &RunFile) -> Profile {
     let threads = Threads::new(&run.offcpu);
     for span in threads.all() {
         let r = span.record;
-        let frames = paths::path(&run.stacks, r.kstack, r.ustack, r.syscall);
+        let frames = paths::path(
+            &run.stacks,
+            r.kstack.map(StackId::get),
+            r.ustack.map(StackId::get),
+            r.syscall,
+        );
         let context = match span.kind {
             OffKind::Blocked => r.site.name().to_string(),
             OffKind::Runnable => "runnable".to_string(),

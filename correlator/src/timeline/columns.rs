@@ -31,8 +31,8 @@ pub struct OffCpuColumns {
     next_comm: Vec<Comm>,
     syscall: Vec<Option<u32>>,
     site: Vec<Site>,
-    kstack: Vec<Option<u32>>,
-    ustack: Vec<Option<u32>>,
+    kstack: Vec<Option<super::stacks::StackId>>,
+    ustack: Vec<Option<super::stacks::StackId>>,
     waker: Vec<Option<Waker>>,
 }
 

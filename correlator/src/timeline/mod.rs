@@ -121,9 +121,9 @@ pub struct OffCpu {
     /// `--stacks`: kernel and user stacks at the switch-out (ids in the
     /// run's stack table).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kstack: Option<u32>,
+    pub kstack: Option<stacks::StackId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ustack: Option<u32>,
+    pub ustack: Option<stacks::StackId>,
     /// Who ended the blocked part (None: preempted, woken before the probes
     /// saw it, or a run file from before wakers were recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,9 +148,9 @@ pub struct Waker {
     /// its user stack when it is a target thread waking in its own context
     /// (ids in the run's stack table).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kstack: Option<u32>,
+    pub kstack: Option<stacks::StackId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ustack: Option<u32>,
+    pub ustack: Option<stacks::StackId>,
 }
 
 /// The context a wakeup ran in.
@@ -231,11 +231,11 @@ impl From<&OffCpuRecord> for OffCpu {
             next_comm: Comm::from_kernel(&r.next_comm),
             syscall: r.syscall.checked_sub(1),
             site: Site::from_raw(r.site),
-            kstack: stacks::stack_id(r.kstack),
-            ustack: stacks::stack_id(r.ustack),
+            kstack: stacks::StackId::from_raw(r.kstack),
+            ustack: stacks::StackId::from_raw(r.ustack),
             waker: Waker::from_raw(r.waker_tid, r.waker_tgid, r.waker_context).map(|w| Waker {
-                kstack: stacks::stack_id(r.waker_kstack),
-                ustack: stacks::stack_id(r.waker_ustack),
+                kstack: stacks::StackId::from_raw(r.waker_kstack),
+                ustack: stacks::StackId::from_raw(r.waker_ustack),
                 ..w
             }),
         }

@@ -59,6 +59,46 @@ pub fn stack_id(raw: i32) -> Option<u32> {
     u32::try_from(raw).ok()
 }
 
+/// An id in the run's stack table, held plus one so that an
+/// `Option<StackId>` takes 4 bytes, not 8: off-CPU records are kept by the
+/// hundred thousand, with four of them each (a minute at 10,000 req/s:
+/// 548,000 records, 8.8 MB more with plain `Option<u32>`s, which took the
+/// report of that run to 149 MiB of its 150 MiB bound). Written as the id
+/// itself, so run files are as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "u32", into = "u32")]
+pub struct StackId(std::num::NonZeroU32);
+
+impl StackId {
+    pub fn new(id: u32) -> Option<Self> {
+        id.checked_add(1)
+            .and_then(std::num::NonZeroU32::new)
+            .map(Self)
+    }
+
+    pub fn get(self) -> u32 {
+        self.0.get() - 1
+    }
+
+    /// From a kernel record's stack id (negative: none).
+    pub fn from_raw(raw: i32) -> Option<Self> {
+        stack_id(raw).and_then(Self::new)
+    }
+}
+
+impl From<StackId> for u32 {
+    fn from(s: StackId) -> u32 {
+        s.get()
+    }
+}
+
+impl TryFrom<u32> for StackId {
+    type Error = &'static str;
+    fn try_from(id: u32) -> Result<Self, Self::Error> {
+        Self::new(id).ok_or("stack id out of range")
+    }
+}
+
 impl From<&SampleRecord> for Sample {
     fn from(r: &SampleRecord) -> Self {
         Self {
@@ -104,11 +144,11 @@ impl RawStacks {
             user.extend(s.ustack);
         }
         for o in offcpu {
-            kernel.extend(o.kstack);
-            user.extend(o.ustack);
+            kernel.extend(o.kstack.map(StackId::get));
+            user.extend(o.ustack.map(StackId::get));
             if let Some(w) = &o.waker {
-                kernel.extend(w.kstack);
-                user.extend(w.ustack);
+                kernel.extend(w.kstack.map(StackId::get));
+                user.extend(w.ustack.map(StackId::get));
             }
         }
         (kernel.into_iter().collect(), user.into_iter().collect())

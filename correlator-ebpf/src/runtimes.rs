@@ -6,7 +6,7 @@
 //! the probes' semaphores raised by the kernel (see `probes::usdt`).
 
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::uprobe, programs::ProbeContext};
-use correlator_common::Total;
+use correlator_common::{ThreadState, Total};
 
 use crate::{
     account::ran_until,
@@ -14,22 +14,28 @@ use crate::{
     threads::thread,
 };
 
+/// The running thread's state, when it is a target thread and the probes
+/// are not in their cost-floor mode.
+#[inline(always)]
+fn running_target() -> Option<&'static mut ThreadState> {
+    if config!(floor_only) != 0 {
+        return None;
+    }
+    let st = thread(bpf_get_current_pid_tgid() as u32)?;
+    // SAFETY: map value of the running thread; its switches (the other
+    // writers of its run time) cannot run inside a probe of its own.
+    Some(unsafe { &mut *st })
+}
+
 /// The runtime's collection starts on this thread: its time on the CPU so
 /// far is booked as usual, from now on as the collector's too.
 #[uprobe]
 pub fn gc_start(_ctx: ProbeContext) -> u32 {
-    if config!(floor_only) != 0 {
-        return 0;
+    if let Some(st) = running_target() {
+        let ts = now();
+        ran_until(st, ts);
+        st.gc_ts = ts;
     }
-    let Some(st) = thread(bpf_get_current_pid_tgid() as u32) else {
-        return 0;
-    };
-    // SAFETY: map value of the running thread; its switches (the other
-    // writers of its run time) cannot run inside this probe.
-    let st = unsafe { &mut *st };
-    let ts = now();
-    ran_until(st, ts);
-    st.gc_ts = ts;
     0
 }
 
@@ -37,19 +43,12 @@ pub fn gc_start(_ctx: ProbeContext) -> u32 {
 /// collection counted.
 #[uprobe]
 pub fn gc_done(_ctx: ProbeContext) -> u32 {
-    if config!(floor_only) != 0 {
-        return 0;
+    if let Some(st) = running_target()
+        && st.gc_ts != 0
+    {
+        ran_until(st, now());
+        st.gc_ts = 0;
+        total_add(Total::RuntimeGcs);
     }
-    let Some(st) = thread(bpf_get_current_pid_tgid() as u32) else {
-        return 0;
-    };
-    // SAFETY: as in `gc_start`.
-    let st = unsafe { &mut *st };
-    if st.gc_ts == 0 {
-        return 0;
-    }
-    ran_until(st, now());
-    st.gc_ts = 0;
-    total_add(Total::RuntimeGcs);
     0
 }

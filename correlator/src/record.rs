@@ -316,6 +316,12 @@ pub async fn capture(
         collections: kernel.runtime_gcs,
         ..r
     });
+    if let Some(r) = &runtime_gc {
+        notes.push(format!(
+            "{}'s garbage collections were timed by its own gc probes (USDT) in {}: {} collections on the target's threads",
+            r.runtime, r.binary, r.collections
+        ));
+    }
     Ok(Capture {
         target,
         follow_children: cfg.follow_children,

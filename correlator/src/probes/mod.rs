@@ -488,11 +488,6 @@ impl Probes {
         })
     }
 
-    /// The runtime gc probes found in the target, and whether they attached.
-    pub fn runtime_gc(&self) -> &RuntimeGc {
-        &self.runtime_gc
-    }
-
     /// The attached runtime gc probes as a run records them, with the
     /// collections counted (`KernelTotals::runtime_gcs`).
     pub fn runtime_gc_run(&self, collections: u64) -> Option<RuntimeGcRun> {

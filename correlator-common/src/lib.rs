@@ -742,6 +742,26 @@ pub struct IpiSender {
 /// Senders the kernel side keeps (more are counted in `Total::IpiSendersLost`).
 pub const IPI_SENDER_SLOTS: u32 = 1024;
 
+/// Device hard IRQs (`irq_handler_entry/exit`) that took a CPU from a
+/// target thread, per IRQ number and CPU: the source a report names and
+/// an `irq-affinity=` experiment moves.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceIrqTime {
+    /// Handlers run while a target thread ran on the CPU.
+    pub count: u64,
+    /// Their time (host steal inside them excluded), ns.
+    pub ns: u64,
+    /// Handlers run while a target thread waited runnable for the CPU,
+    /// and their time, ns.
+    pub wait_count: u64,
+    pub wait_ns: u64,
+}
+
+/// IRQ numbers the device table keeps by number; higher ones share the
+/// last slot (userspace reports it as such). Per CPU: 1,024 × 32 bytes.
+pub const DEVICE_IRQ_SLOTS: u32 = 1024;
+
 /// Slots of the direct-mapped thread table (`tid % THREAD_SLOTS`).
 ///
 /// An array lookup is inlined by the verifier and costs a few ns, against
@@ -930,6 +950,7 @@ mod pod {
     unsafe impl aya::Pod for super::UpstreamState {}
     unsafe impl aya::Pod for super::ConnState {}
     unsafe impl aya::Pod for super::IpiSender {}
+    unsafe impl aya::Pod for super::DeviceIrqTime {}
     unsafe impl aya::Pod for super::CallState {}
     unsafe impl aya::Pod for super::SyscallTotal {}
     unsafe impl aya::Pod for super::SyscallRecord {}

@@ -3,13 +3,14 @@
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use correlator_common::{
-    Account, Counter, CpuState, HARDIRQ_KIND_NS_BASE, IrqKind, NUM_SOFTIRQ_VECTORS, NUM_TOTALS,
-    OffCpuKind, SOFTIRQ_NS_BASE, TOTAL_IRQ_KIND_BASE, Total,
+    Account, Counter, CpuState, DEVICE_IRQ_SLOTS, HARDIRQ_KIND_NS_BASE, IrqKind,
+    NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuKind, SOFTIRQ_NS_BASE, TOTAL_IRQ_KIND_BASE, Total,
 };
 
 use crate::{
     account::{rq_steal, thread_acct, window_restart},
     helpers::{Sink, arg, cpu_id, cpu_state, now},
+    maps::DEVICE_IRQS,
     threads::thread,
 };
 
@@ -145,9 +146,12 @@ pub(crate) fn hardirq_entry() {
     }
 }
 
+/// Ends a hard IRQ: books its time to the target thread it interrupted
+/// or kept waiting. Returns that time and whether the thread was waiting
+/// (None: not timed).
 #[inline(always)]
-pub(crate) fn hardirq_exit(kind: IrqKind) {
-    let Some(cpu) = cpu_state() else { return };
+pub(crate) fn hardirq_exit(kind: IrqKind) -> Option<(u64, bool)> {
+    let cpu = cpu_state()?;
     // SAFETY: per-CPU value; hard IRQs do not nest.
     let state = unsafe { &mut *cpu };
     state.in_hardirq = 0;
@@ -156,7 +160,7 @@ pub(crate) fn hardirq_exit(kind: IrqKind) {
     // from the wakeup: what is left of it is microseconds, and remote
     // wakeups (an IPI each) would pay a clock read for nothing.
     if start == 0 {
-        return;
+        return None;
     }
     state.hardirq_start = 0;
     let ts = now();
@@ -166,20 +170,61 @@ pub(crate) fn hardirq_exit(kind: IrqKind) {
     if state.softirq_start != 0 {
         state.softirq_nested_ns += duration;
     }
-    let Some(sink) = Sink::at(ts, cpu) else {
-        return;
-    };
+    let sink = Sink::at(ts, cpu)?;
     sink.add_at(HARDIRQ_KIND_NS_BASE + kind as usize, duration);
     if state.irq_while_waiting & HARDIRQ_WAITING != 0 {
         sink.add(Counter::HardIrqWaitNs, duration);
         thread_acct(state.waiting_tid, ts, Account::HardIrqWait, duration);
-        return;
+        return Some((duration, true));
     }
     state.irq_ns_sum += duration;
     state.totals[(TOTAL_IRQ_KIND_BASE + kind as u32) as usize] += 1;
     sink.add(Counter::HardIrqs, 1);
     sink.add(Counter::HardIrqNs, duration);
     thread_acct(state.target_tid, ts, Account::HardIrq, duration);
+    Some((duration, false))
+}
+
+/// A device IRQ's time by its number (the kind's time is already in the
+/// buckets): which device a report names.
+#[inline(always)]
+fn device_irq_exit(irq: u32) {
+    let Some((duration, waiting)) = hardirq_exit(IrqKind::Device) else {
+        return;
+    };
+    let Some(slot) = DEVICE_IRQS.get_ptr_mut(irq.min(DEVICE_IRQ_SLOTS - 1)) else {
+        return;
+    };
+    // SAFETY: per-CPU map value; hard IRQs do not nest.
+    let slot = unsafe { &mut *slot };
+    if waiting {
+        slot.wait_count += 1;
+        slot.wait_ns += duration;
+    } else {
+        slot.count += 1;
+        slot.ns += duration;
+    }
+}
+
+/// irq_handler_entry(int irq, struct irqaction *action)
+#[btf_tracepoint(function = "irq_handler_entry")]
+pub fn irq_handler_entry(_ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    hardirq_entry();
+    0
+}
+
+/// irq_handler_exit(int irq, struct irqaction *action, int ret)
+#[btf_tracepoint(function = "irq_handler_exit")]
+pub fn irq_handler_exit(ctx: BtfTracePointContext) -> i32 {
+    if config!(floor_only) != 0 {
+        return 0;
+    }
+    let irq: i32 = arg(&ctx, 0);
+    device_irq_exit(irq as u32);
+    0
 }
 
 macro_rules! hardirq_programs {
@@ -197,14 +242,13 @@ macro_rules! hardirq_programs {
             if config!(floor_only) != 0 {
                 return 0;
             }
-            hardirq_exit($kind);
+            let _ = hardirq_exit($kind);
             0
         }
     )*};
 }
 
 hardirq_programs! {
-    irq_handler_entry, "irq_handler_entry", irq_handler_exit, "irq_handler_exit", IrqKind::Device;
     local_timer_entry, "local_timer_entry", local_timer_exit, "local_timer_exit", IrqKind::LocalTimer;
     reschedule_entry, "reschedule_entry", reschedule_exit, "reschedule_exit", IrqKind::Reschedule;
     call_function_entry, "call_function_entry", call_function_exit, "call_function_exit", IrqKind::CallFunction;

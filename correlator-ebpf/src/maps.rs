@@ -8,9 +8,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use correlator_common::{
-    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, IPI_SENDER_SLOTS, IpiSender,
-    SPIN_CPUS, STACK_DEPTH, STACK_OVERFLOW_SLOTS, STACK_SLOTS, SYSCALL_SLOTS, SyscallTotal,
-    THREAD_SLOTS, ThreadState, UpstreamState,
+    BUCKET_SLOTS, Bucket, CallState, Config, ConnState, CpuState, DEVICE_IRQ_SLOTS, DeviceIrqTime,
+    IPI_SENDER_SLOTS, IpiSender, SPIN_CPUS, STACK_DEPTH, STACK_OVERFLOW_SLOTS, STACK_SLOTS,
+    SYSCALL_SLOTS, SyscallTotal, THREAD_SLOTS, ThreadState, UpstreamState,
 };
 
 #[unsafe(no_mangle)]
@@ -103,6 +103,12 @@ pub(crate) static UPSTREAM_CONNS: LruHashMap<u64, UpstreamState> =
 #[map]
 pub(crate) static IPI_SENDERS: HashMap<u32, IpiSender> =
     HashMap::with_max_entries(IPI_SENDER_SLOTS, 0);
+
+/// Device IRQ time taken from target threads, by IRQ number
+/// ([`correlator_common::DeviceIrqTime`]).
+#[map]
+pub(crate) static DEVICE_IRQS: PerCpuArray<DeviceIrqTime> =
+    PerCpuArray::with_max_entries(DEVICE_IRQ_SLOTS, 0);
 
 /// Memory stall records ([`correlator_common::MemStallRecord`]).
 #[map]

@@ -437,6 +437,7 @@ impl Synth {
             memory_stalls: self.memory_stalls,
             memory_cgroup: None,
             ipi_senders: Vec::new(),
+            device_irqs: Vec::new(),
             clocks: None,
             runtime_gc: self.runtime_gc,
         };

@@ -201,6 +201,7 @@ pub struct Probes {
     upstreams: RingBuf<MapData>,
     mem_stalls: RingBuf<MapData>,
     ipi_senders: aya::maps::HashMap<MapData, u32, correlator_common::IpiSender>,
+    device_irqs: PerCpuArray<MapData, correlator_common::DeviceIrqTime>,
     /// Memory-stall events this kernel would not let the programs time.
     memory_missing: Vec<String>,
     /// What the syscall hooks cost every syscall beyond their programs'
@@ -472,6 +473,7 @@ impl Probes {
             upstreams: take_map(&mut ebpf, "UPSTREAMS")?,
             mem_stalls: take_map(&mut ebpf, "MEM_STALLS")?,
             ipi_senders: take_map(&mut ebpf, "IPI_SENDERS")?,
+            device_irqs: take_map(&mut ebpf, "DEVICE_IRQS")?,
             memory_missing,
             syscall_path,
             stacks: take_map(&mut ebpf, "STACKS")?,
@@ -709,11 +711,35 @@ impl Probes {
         self.drain_records(timeline);
         self.drain_requests(on_request);
         timeline.set_ipi_senders(self.read_ipi_senders());
+        timeline.set_device_irqs(crate::timeline::irqs::named(&self.read_device_irqs()?));
         Ok(Finished {
             programs,
             kernel: self.read_totals()?,
             stacks: self.raw_stacks(timeline),
         })
+    }
+
+    /// Device IRQ time taken from target threads, by IRQ number, summed
+    /// over CPUs (numbers with none left out).
+    fn read_device_irqs(&self) -> Result<Vec<(u32, correlator_common::DeviceIrqTime)>> {
+        let mut table = Vec::new();
+        for irq in 0..correlator_common::DEVICE_IRQ_SLOTS {
+            let per_cpu = self
+                .device_irqs
+                .get(&irq, 0)
+                .context("reading DEVICE_IRQS")?;
+            let mut t = correlator_common::DeviceIrqTime::default();
+            for c in per_cpu.iter() {
+                t.count += c.count;
+                t.ns += c.ns;
+                t.wait_count += c.wait_count;
+                t.wait_ns += c.wait_ns;
+            }
+            if t.count + t.wait_count > 0 {
+                table.push((irq, t));
+            }
+        }
+        Ok(table)
     }
 
     /// Who sent cross-CPU calls to the target's CPUs, most first.

@@ -217,6 +217,7 @@ pub fn recover(start: Start, deltas: Vec<Delta>, torn_bytes: usize) -> RunFile {
         memory_stalls: Vec::new(),
         memory_cgroup: None,
         ipi_senders: Vec::new(),
+        device_irqs: Vec::new(),
         clocks: None,
         runtime_gc: None,
     };

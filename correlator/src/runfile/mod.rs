@@ -357,6 +357,10 @@ pub struct RunFile {
     /// thread ran there, over the run, most first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ipi_senders: Vec<crate::timeline::ipis::IpiSender>,
+    /// Device hard IRQs that took time from target threads (running or
+    /// waiting for their CPU), by IRQ number, over the run, most first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_irqs: Vec<crate::timeline::irqs::DeviceIrq>,
     /// The run's clock (CLOCK_MONOTONIC) against BOOTTIME and wall time,
     /// read at the end of recording (absent in older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -574,6 +578,7 @@ impl RunFile {
             memory_stalls: c.timeline.mem_stalls().to_vec(),
             memory_cgroup,
             ipi_senders: c.timeline.ipi_senders().to_vec(),
+            device_irqs: c.timeline.device_irqs().to_vec(),
             clocks: Some(crate::clock::ClockSnapshot::now()),
             runtime_gc: c.runtime_gc,
         }

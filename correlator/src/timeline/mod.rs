@@ -8,6 +8,7 @@
 
 pub mod columns;
 pub mod ipis;
+pub mod irqs;
 pub mod memory;
 pub mod stacks;
 pub mod steal;
@@ -376,6 +377,7 @@ pub struct Timeline {
     upstreams: Vec<upstreams::UpstreamExchange>,
     mem_stalls: Vec<memory::MemStall>,
     ipi_senders: Vec<ipis::IpiSender>,
+    device_irqs: Vec<irqs::DeviceIrq>,
     max_records: usize,
     records_over_cap: u64,
     /// Buckets changed since [`Timeline::take_touched`] last ran, when a
@@ -396,6 +398,7 @@ impl Timeline {
             upstreams: Vec::new(),
             mem_stalls: Vec::new(),
             ipi_senders: Vec::new(),
+            device_irqs: Vec::new(),
             max_records,
             records_over_cap: 0,
             touched: None,
@@ -531,6 +534,15 @@ impl Timeline {
 
     pub fn set_ipi_senders(&mut self, senders: Vec<ipis::IpiSender>) {
         self.ipi_senders = senders;
+    }
+
+    /// Device IRQs that took time from target threads, most first.
+    pub fn device_irqs(&self) -> &[irqs::DeviceIrq] {
+        &self.device_irqs
+    }
+
+    pub fn set_device_irqs(&mut self, irqs: Vec<irqs::DeviceIrq>) {
+        self.device_irqs = irqs;
     }
 
     pub fn upstreams(&self) -> &[upstreams::UpstreamExchange] {

@@ -101,7 +101,21 @@ pub fn plan(report: &Report, pid: u32, load_url: &str) -> Vec<Planned> {
         .collect()
 }
 
-fn knob_for(
+/// The device IRQ a hard-IRQ family was named by (the run's device IRQ
+/// with most time, see `analysis::device_irqs_note`), when its affinity
+/// can be read: an `irq-affinity=` experiment can try to move it. The
+/// kernel refuses to move managed IRQs (multi-queue block and network
+/// devices): the experiment then fails before measuring, and says so.
+pub(crate) fn movable_device_irq(report: &Report) -> Option<u32> {
+    let top = report.device_irqs.first()?;
+    let named = report.families.iter().any(|f| {
+        f.cause == CauseKind::Hardirq && f.detail.as_deref() == Some(top.label().as_str())
+    });
+    (named && top.affinity.is_some() && top.irq != crate::timeline::irqs::DeviceIrq::OVERFLOW)
+        .then_some(top.irq)
+}
+
+pub(crate) fn knob_for(
     kind: CauseKind,
     report: &Report,
     evidence: &str,
@@ -176,8 +190,14 @@ fn knob_for(
                 reason: "no CPU the server does not already use to steer the work to".into(),
             },
         },
-        CauseKind::Hardirq => match cpus {
-            Some((_, others)) if !others.is_empty() => Plan::Knob {
+        // A device named by number is moved; otherwise (timer ticks, IPIs:
+        // not movable) the server is.
+        CauseKind::Hardirq => match (cpus, movable_device_irq(report)) {
+            (Some((_, others)), Some(irq)) if !others.is_empty() => Plan::Knob {
+                knob: format!("irq-affinity={irq}:{}", cpu_list(others)),
+                needs: None,
+            },
+            (Some((_, others)), _) if !others.is_empty() => Plan::Knob {
                 knob: format!("pin={}", cpu_list(others)),
                 needs: None,
             },

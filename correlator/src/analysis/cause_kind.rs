@@ -201,6 +201,10 @@ pub(super) fn observed(e: &Episode, family: &str) -> f64 {
     e.excess.get(family).map_or(0.0, |x| x.observed)
 }
 
+/// How [`super::IRQ_SOURCES`] names device IRQs as a source (a report
+/// then names the device by number from the run's table).
+pub(crate) const DEVICE_IRQS: &str = "device IRQs";
+
 /// The source that took most of a hard-IRQ or softirq cause's time in
 /// the episodes, by the kernel side's time per source (softirq vector,
 /// hard-IRQ kind), and its share of that IRQ time. None in runs recorded

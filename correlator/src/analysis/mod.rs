@@ -198,7 +198,11 @@ pub const IRQ_SOURCES: [(&str, Counter, &str); 16] = [
     ("softirq_sched_ns", Counter::SoftIrqSchedNs, "SCHED"),
     ("softirq_hrtimer_ns", Counter::SoftIrqHrtimerNs, "HRTIMER"),
     ("softirq_rcu_ns", Counter::SoftIrqRcuNs, "RCU"),
-    ("hardirq_device_ns", Counter::HardIrqDeviceNs, "device IRQs"),
+    (
+        "hardirq_device_ns",
+        Counter::HardIrqDeviceNs,
+        cause_kind::DEVICE_IRQS,
+    ),
     (
         "hardirq_local_timer_ns",
         Counter::HardIrqLocalTimerNs,
@@ -245,7 +249,7 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
         .map(|&(a, b)| accounts.window(a, b))
         .collect();
     let percentile = opts.percentile.unwrap_or(DEFAULT_PERCENTILE);
-    let (families, tail_requests) =
+    let (mut families, tail_requests) =
         families::families(&episodes, latency, &merged, &latency_report, percentile);
     for (e, n) in episodes.iter_mut().zip(tail_requests) {
         e.tail_requests = n;
@@ -268,10 +272,26 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
             c.evidence.push_str(&format!("; {}", cg.describe()));
         }
     }
-    // Call-function IPIs are read beside who sent them.
-    let ipis = cause_kind::irq_source(episodes.iter(), CauseKind::Hardirq)
-        .is_some_and(|(label, _)| label.contains("call-function"));
-    if let Some(note) = ipis.then(|| ipi_senders_note(&run.ipi_senders)).flatten() {
+    // Call-function IPIs are read beside who sent them, device IRQs beside
+    // their numbers and names.
+    let source = cause_kind::irq_source(episodes.iter(), CauseKind::Hardirq).map(|s| s.0);
+    let ipis = source.is_some_and(|label| label.contains("call-function"));
+    let devices = source == Some(cause_kind::DEVICE_IRQS);
+    let note = if ipis {
+        ipi_senders_note(&run.ipi_senders)
+    } else if devices {
+        device_irqs_note(&run.device_irqs)
+    } else {
+        None
+    };
+    if devices && let Some(top) = run.device_irqs.first() {
+        for f in families.iter_mut().filter(|f| {
+            f.cause == CauseKind::Hardirq && f.detail.as_deref() == Some(cause_kind::DEVICE_IRQS)
+        }) {
+            f.detail = Some(top.label());
+        }
+    }
+    if let Some(note) = note {
         for c in classification
             .causes
             .iter_mut()
@@ -301,6 +321,22 @@ pub fn analyze(run: &RunFile, latency: &LatencyCapture, opts: &AnalysisOptions) 
 /// Who sent the cross-CPU calls to the server's CPU over the run (the
 /// kernel counts them by sender, not by episode): the top sender's share,
 /// and how many of its calls were TLB shootdowns.
+/// The device IRQs that took most of the server's time over the run,
+/// with their share (the kernel side keeps them by number for the whole
+/// run, not per episode).
+fn device_irqs_note(irqs: &[crate::timeline::irqs::DeviceIrq]) -> Option<String> {
+    let top = irqs.first()?;
+    let all: u64 = irqs.iter().map(|i| i.total_ns()).sum();
+    Some(format!(
+        "over the run device IRQs took {:.2} ms from the server's threads, {} of it {} ({} handlers; delivered to CPUs {})",
+        all as f64 / 1e6,
+        causes::pct(top.total_ns() as f64 / all.max(1) as f64),
+        top.label(),
+        top.count + top.wait_count,
+        top.affinity.as_deref().unwrap_or("unknown")
+    ))
+}
+
 fn ipi_senders_note(senders: &[crate::timeline::ipis::IpiSender]) -> Option<String> {
     let top = senders.first()?;
     let all: u64 = senders.iter().map(|s| s.calls).sum();

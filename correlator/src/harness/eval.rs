@@ -80,7 +80,7 @@ pub struct EvalArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scenario {
+pub(crate) enum Scenario {
     Null,
     NoisyNull,
     Periodic,
@@ -329,7 +329,7 @@ fn long_clone(s: &mut Synth, at: u64, len: u64) {
 
 /// One synthetic run of `scenario`, and the server causes it holds
 /// beside the scenario's own (a neighbour some periodic runs have).
-fn build(scenario: Scenario, rng: &mut Rng) -> (Synth, Vec<CauseKind>) {
+pub(crate) fn build(scenario: Scenario, rng: &mut Rng) -> (Synth, Vec<CauseKind>) {
     let mut also = Vec::new();
     let seconds = rng.range(6, 10);
     // Half of the runs are passive recordings of a client that raises its
@@ -407,6 +407,14 @@ fn build(scenario: Scenario, rng: &mut Rng) -> (Synth, Vec<CauseKind>) {
                     Counter::SoftIrqNs
                 };
                 s.events(at, c, len);
+                // By source: a device's interrupts (a run's table then
+                // names the device by number), the softirqs' NET_RX.
+                let source = if slot == Account::HardIrq {
+                    Counter::HardIrqDeviceNs
+                } else {
+                    Counter::SoftIrqNetRxNs
+                };
+                s.events(at, source, len);
             })
         }
         Scenario::OnCpu => {
@@ -754,6 +762,81 @@ fn print_synthetic(scores: &[(Scenario, Score)], seed: u64) -> Totals {
 #[cfg(test)]
 mod tests {
     use super::binomial_at_least;
+
+    /// A hard-IRQ cause whose episodes' IRQ time was a device's is named
+    /// by the run's device IRQ with most time, and confirmation plans to
+    /// move that IRQ to the CPUs the server does not use.
+    #[test]
+    fn a_device_irq_is_named_and_moved_by_number() {
+        use crate::{
+            analysis::CauseKind,
+            confirm::{knob_for, movable_device_irq},
+            report::{Report, confirmation::Plan},
+        };
+        let mut rng = crate::stats::Rng::new(7);
+        let (synth, _) = super::build(super::Scenario::Hardirq, &mut rng);
+        let (mut run, latency) = synth.build();
+        run.device_irqs = vec![
+            crate::timeline::irqs::DeviceIrq {
+                irq: 36,
+                name: "virtio1-req.0".into(),
+                affinity: Some("1".into()),
+                count: 50_000,
+                ns: 40_000_000,
+                ..Default::default()
+            },
+            crate::timeline::irqs::DeviceIrq {
+                irq: 38,
+                name: "virtio2-input.0".into(),
+                affinity: Some("0-1".into()),
+                count: 10,
+                ns: 20_000,
+                ..Default::default()
+            },
+        ];
+        let report = Report::build(&run, &latency, &Default::default());
+        let cause = report
+            .classification
+            .causes
+            .iter()
+            .find(|c| c.cause == CauseKind::Hardirq)
+            .expect("the hard-IRQ cause");
+        assert!(
+            cause.evidence.contains("IRQ 36 (virtio1-req.0)"),
+            "{}",
+            cause.evidence
+        );
+        assert!(
+            report
+                .families
+                .iter()
+                .any(|f| f.detail.as_deref() == Some("IRQ 36 (virtio1-req.0)")),
+            "{:?}",
+            report
+                .families
+                .iter()
+                .map(|f| &f.detail)
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(movable_device_irq(&report), Some(36));
+        let plan = knob_for(
+            CauseKind::Hardirq,
+            &report,
+            &cause.evidence,
+            Some(&(vec![1], vec![0])),
+            true,
+            cause,
+        );
+        assert!(
+            matches!(&plan, Plan::Knob { knob, .. } if knob == "irq-affinity=36:0"),
+            "{plan:?}"
+        );
+        // Without the device table (timer ticks, IPIs, older runs): the
+        // server is moved instead.
+        run.device_irqs.clear();
+        let report = Report::build(&run, &latency, &Default::default());
+        assert_eq!(movable_device_irq(&report), None);
+    }
 
     #[test]
     fn binomial_tail_matches_scipy() {

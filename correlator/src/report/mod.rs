@@ -136,6 +136,10 @@ pub struct Report {
     /// ran on, over the run, most first (TLB shootdowns counted apart).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ipi_senders: Vec<crate::timeline::ipis::IpiSender>,
+    /// Device hard IRQs that took time from the server's threads, by IRQ
+    /// number, over the run, most time first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_irqs: Vec<crate::timeline::irqs::DeviceIrq>,
     /// Episode families, by impact on the chosen percentile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub families: Vec<crate::analysis::families::Family>,
@@ -322,6 +326,7 @@ impl Report {
                 .map(|s| ServerSide::build(s, latency, &episodes)),
             upstreams: analysis::upstreams::summarize(&run.upstreams, &episodes),
             ipi_senders: run.ipi_senders.clone(),
+            device_irqs: run.device_irqs.clone(),
             latency: latency_report,
             events: run.totals.clone(),
             losses: run.losses.clone(),

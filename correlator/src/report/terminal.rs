@@ -167,6 +167,9 @@ pub fn render(r: &Report) -> String {
     if let Some(line) = ipi_line(&r.ipi_senders) {
         let _ = writeln!(out, "{line}");
     }
+    if let Some(line) = device_irq_line(&r.device_irqs) {
+        let _ = writeln!(out, "{line}");
+    }
     let e = &r.events;
     let _ = writeln!(
         out,
@@ -265,6 +268,32 @@ fn ipi_line(senders: &[crate::timeline::ipis::IpiSender]) -> Option<String> {
         .collect();
     Some(format!(
         "IPIS       {all} cross-CPU calls queued to the server's CPU while it ran: {}",
+        named.join("; ")
+    ))
+}
+
+/// The device IRQs that took most time from the server's threads (none
+/// printed under 1 ms in all: a few handlers are every run's noise).
+fn device_irq_line(irqs: &[crate::timeline::irqs::DeviceIrq]) -> Option<String> {
+    let all: u64 = irqs.iter().map(|i| i.total_ns()).sum();
+    if all < 1_000_000 {
+        return None;
+    }
+    let named: Vec<String> = irqs
+        .iter()
+        .take(2)
+        .map(|i| {
+            format!(
+                "{} {} handlers {:.2}ms",
+                i.label(),
+                i.count + i.wait_count,
+                i.total_ns() as f64 / 1e6
+            )
+        })
+        .collect();
+    Some(format!(
+        "DEVICE IRQS {:.2}ms of the server's CPU time: {}",
+        all as f64 / 1e6,
         named.join("; ")
     ))
 }

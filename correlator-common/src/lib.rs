@@ -732,11 +732,15 @@ pub struct Config {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct IpiSender {
     pub tgid: u32,
-    pub _pad: u32,
+    /// The syscall the sender was in at its first call (number + 1; 0:
+    /// not in a syscall, e.g. a page fault or a kernel thread).
+    pub syscall: u32,
     pub comm: [u8; 16],
     pub calls: u64,
     /// Of them, TLB shootdowns (the function is `flush_tlb_func`).
     pub tlb_shootdowns: u64,
+    /// Of them, calls made inside that same syscall.
+    pub in_syscall: u64,
 }
 
 /// Senders the kernel side keeps (more are counted in `Total::IpiSendersLost`).

@@ -8,14 +8,17 @@
 //! sent them. Counted, not recorded: one hash update per call.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_map_lookup_percpu_elem},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task_btf,
+        bpf_map_lookup_percpu_elem,
+    },
     macros::tracepoint,
     programs::TracePointContext,
 };
 use correlator_common::{CpuState, IpiSender, Total};
 
 use crate::{
-    helpers::total_add,
+    helpers::{saved_syscall, total_add},
     maps::{CPUS, IPI_SENDERS},
 };
 
@@ -43,20 +46,26 @@ pub fn csd_queue_cpu(ctx: TracePointContext) -> u32 {
     }
     let tid = bpf_get_current_pid_tgid() as u32;
     let tlb = u64::from(func != 0 && func == config!(tlb_flush_func));
+    // The sender's syscall (munmap, mprotect, madvise, membarrier, ...),
+    // from its saved registers: what it did that cost the server a call.
+    // SAFETY: the current task, as a BTF pointer.
+    let syscall = saved_syscall(unsafe { bpf_get_current_task_btf() } as *const u8);
     if let Some(s) = IPI_SENDERS.get_ptr_mut(&tid) {
         // SAFETY: map value; a sender thread runs on one CPU at a time.
         unsafe {
             (*s).calls += 1;
             (*s).tlb_shootdowns += tlb;
+            (*s).in_syscall += u64::from(syscall != 0 && syscall == (*s).syscall);
         }
         return 0;
     }
     let sender = IpiSender {
         tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        _pad: 0,
+        syscall,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
         calls: 1,
         tlb_shootdowns: tlb,
+        in_syscall: u64::from(syscall != 0),
     };
     if IPI_SENDERS.insert(&tid, &sender, 0).is_err() {
         total_add(Total::IpiSendersLost);

@@ -83,6 +83,14 @@ live_test! {
             tlb <= truth && tlb * 10 >= truth * 9,
             "correlator counted {tlb} shootdowns while the server ran, bpftrace {truth} in all"
         );
+        // Sent from munmap, the only syscall of the trigger's loop that
+        // flushes other CPUs' TLBs (the helper maps, writes, unmaps).
+        assert_eq!(top["syscall"], "munmap", "{top}");
+        let in_syscall = top["in_syscall"].as_u64().expect("in_syscall");
+        assert!(
+            in_syscall * 100 >= calls * 99,
+            "{in_syscall} of {calls} calls made in munmap"
+        );
         // The report carries them too.
         assert_eq!(report["ipi_senders"][0]["comm"], "path-trigger");
     }

@@ -349,9 +349,10 @@ fn ipi_senders_note(senders: &[crate::timeline::ipis::IpiSender]) -> Option<Stri
         String::new()
     };
     Some(format!(
-        "over the run {all} cross-CPU calls were queued to the server's CPU while it ran, {} by {}{tlb}",
+        "over the run {all} cross-CPU calls were queued to the server's CPU while it ran, {} by {}{}{tlb}",
         causes::pct(top.calls as f64 / all.max(1) as f64),
-        top.name()
+        top.name(),
+        top.syscall_note()
     ))
 }
 

@@ -263,7 +263,7 @@ fn ipi_line(senders: &[crate::timeline::ipis::IpiSender]) -> Option<String> {
             } else {
                 String::new()
             };
-            format!("{} {} calls{tlb}", s.name(), s.calls)
+            format!("{} {} calls{}{tlb}", s.name(), s.calls, s.syscall_note())
         })
         .collect();
     Some(format!(

@@ -14,6 +14,13 @@ pub struct IpiSender {
     pub calls: u64,
     /// Of them, TLB shootdowns (`flush_tlb_func`).
     pub tlb_shootdowns: u64,
+    /// The syscall it was in at its first call (None: not in one, or a
+    /// run recorded before it was kept), and how many of its calls it
+    /// made inside that syscall.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscall: Option<String>,
+    #[serde(default)]
+    pub in_syscall: u64,
 }
 
 impl IpiSender {
@@ -25,7 +32,19 @@ impl IpiSender {
             comm: String::from_utf8_lossy(&s.comm[..len]).into_owned(),
             calls: s.calls,
             tlb_shootdowns: s.tlb_shootdowns,
+            syscall: (s.syscall != 0).then(|| crate::timeline::syscalls::name(s.syscall - 1)),
+            in_syscall: s.in_syscall,
         }
+    }
+
+    /// Where it sent them from: `in munmap (98% of its calls)`, or "".
+    pub fn syscall_note(&self) -> String {
+        self.syscall.as_ref().map_or(String::new(), |sc| {
+            format!(
+                " in {sc} ({:.0}% of its calls)",
+                100.0 * self.in_syscall as f64 / self.calls.max(1) as f64
+            )
+        })
     }
 
     /// How a report names it: `comm (tid N, pid P)`.

@@ -265,7 +265,9 @@ pub struct OffCpuRecord {
     /// none (as `kstack`).
     pub waker_kstack: i32,
     pub waker_ustack: i32,
-    pub _pad: u32,
+    /// The part of `runnable_ns` after the thread, queued, was moved to
+    /// another CPU (the last move's wait; saturates at u32::MAX ns).
+    pub moved_ns: u32,
 }
 
 /// The context a wakeup ran in, as the kernel side encodes it: a task
@@ -467,10 +469,13 @@ pub enum Account {
     /// time on the CPU (part of `OnCpu`; its time off the CPU meanwhile
     /// stays in the off-CPU slots and records).
     RuntimeGc = 16 + NUM_WAIT_SITES as u32,
+    /// Short off-CPU intervals: the runnable part after the queued thread
+    /// was moved to another CPU (load balancing), not in `Runnable`.
+    RunnableMoved = 17 + NUM_WAIT_SITES as u32,
 }
 
 /// Number of [`Account`] slots.
-pub const NUM_ACCOUNT: usize = 17 + NUM_WAIT_SITES;
+pub const NUM_ACCOUNT: usize = 18 + NUM_WAIT_SITES;
 
 /// CPUs whose steal clocks a kernel spin compares (`CPU_RQS`); a larger
 /// machine's CPUs beyond this are not looked at for lock-holder steal.
@@ -668,6 +673,10 @@ pub struct Config {
     pub task_tgid_offset: u64,
     /// `task->thread_info.cpu`: the CPU a woken task was queued on.
     pub task_cpu_offset: u64,
+    /// `task->on_rq`: `TASK_ON_RQ_MIGRATING` (2) when a queued task is
+    /// being moved (load balancing, an affinity change), 0 at a wakeup's
+    /// placement.
+    pub task_on_rq_offset: u64,
     /// `struct pt_regs` offsets of the first syscall argument and of the
     /// syscall number (`--syscalls` reads both at syscall exit), and of
     /// `ax` (the sampled syscall context reads `orig_ax` and `ax` of the
@@ -875,6 +884,10 @@ pub struct ThreadState {
     /// began (its gc start probe; 0: none): its time on the CPU goes to
     /// [`Account::RuntimeGc`] too.
     pub gc_ts: u64,
+    /// When the thread, queued runnable, was last moved to another CPU's
+    /// queue (load balancing, another thread's affinity change; 0: not
+    /// moved in this interval): its wait from then on is the move's.
+    pub moved_ts: u64,
     pub acct: [u64; NUM_ACCOUNT],
 }
 

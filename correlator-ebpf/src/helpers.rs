@@ -73,6 +73,14 @@ pub(crate) fn task_cpu(task: *const u8) -> u32 {
     unsafe { *task.add(offset).cast::<u32>() }
 }
 
+/// `task->on_rq`, a direct load like `task_pid`.
+#[inline(always)]
+pub(crate) fn task_on_rq(task: *const u8) -> u32 {
+    let offset = config!(task_on_rq_offset) as usize;
+    // SAFETY: as for `task_pid`.
+    unsafe { *task.add(offset).cast::<u32>() }
+}
+
 /// `-ENOSYS`: what the x86-64 syscall entry stores in the saved `ax`
 /// until the syscall returns its value there.
 const NEG_ENOSYS: i64 = -38;

@@ -22,6 +22,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     task_pid_offset: 0,
     task_tgid_offset: 0,
     task_cpu_offset: 0,
+    task_on_rq_offset: 0,
     regs_arg0_offset: 112,
     regs_nr_offset: 120,
     regs_ax_offset: 80,

@@ -16,7 +16,7 @@ use crate::{
     },
     helpers::{
         Sink, USER_STACK, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now,
-        saved_syscall, stack_id, task_cpu, task_pid, task_tgid,
+        saved_syscall, stack_id, task_cpu, task_on_rq, task_pid, task_tgid,
     },
     maps::{CHILD_TGIDS, CPU_RQS, CPUS, RECORDS, SYSCALL_SITES},
     threads::{thread, track, untrack},
@@ -276,6 +276,7 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     state.off_kind = kind as u32;
     state.off_ts = ts;
     state.wakeup_ts = 0;
+    state.moved_ts = 0;
     state.cpu_out = cpu_id();
     state.next_pid = out.next_pid;
     state.next_ran_ns = 0;
@@ -314,13 +315,20 @@ pub(crate) fn switch_in(sink: &Sink, st: &mut ThreadState, ts: u64) {
         // Woken before the probes saw it: call it all blocked.
         (0, total)
     };
+    // The wait after the last move to another CPU's queue, part of the
+    // runnable wait.
+    let moved = if st.moved_ts >= st.off_ts && st.moved_ts <= ts {
+        (ts - st.moved_ts).min(runnable)
+    } else {
+        0
+    };
     sink.add(Counter::RunnableNs, runnable);
     sink.add(Counter::BlockedNs, blocked);
     if st.syscall != 0 {
         st.sys_offcpu_ns += total;
     }
     if total >= config!(min_offcpu_record_ns) {
-        emit_offcpu(sink, st, ts, runnable, blocked);
+        emit_offcpu(sink, st, ts, runnable, blocked, moved);
     } else if st.off_site == WaitSite::Migration as u32 && st.off_kind == OffCpuKind::Blocked as u32
     {
         // Waiting for its own migration, then for the new CPU: all of it
@@ -332,7 +340,8 @@ pub(crate) fn switch_in(sink: &Sink, st: &mut ThreadState, ts: u64) {
             total,
         );
     } else {
-        acct_add(st, ts, Account::Runnable, runnable);
+        acct_add(st, ts, Account::Runnable, runnable - moved);
+        acct_add(st, ts, Account::RunnableMoved, moved);
         let site = Account::Blocked as u32 + (st.off_site & 7).min(WaitSite::Other as u32);
         acct_add_at(st, ts, site, blocked);
     }
@@ -340,7 +349,14 @@ pub(crate) fn switch_in(sink: &Sink, st: &mut ThreadState, ts: u64) {
 }
 
 #[inline(always)]
-pub(crate) fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64, blocked: u64) {
+pub(crate) fn emit_offcpu(
+    sink: &Sink,
+    st: &ThreadState,
+    ts: u64,
+    runnable: u64,
+    blocked: u64,
+    moved: u64,
+) {
     match RECORDS.reserve::<OffCpuRecord>(0) {
         Some(mut entry) => {
             entry.write(OffCpuRecord {
@@ -376,7 +392,7 @@ pub(crate) fn emit_offcpu(sink: &Sink, st: &ThreadState, ts: u64, runnable: u64,
                 } else {
                     NO_STACK
                 },
-                _pad: 0,
+                moved_ns: moved.min(u64::from(u32::MAX)) as u32,
             });
             entry.submit(BPF_RB_NO_WAKEUP as u64);
         }
@@ -498,6 +514,33 @@ fn wakeup_moved(st: &mut ThreadState, pid: u32, dest_cpu: u32) {
     }
 }
 
+/// The kernel's `TASK_ON_RQ_MIGRATING`: a queued task in the middle of a
+/// move between run queues (a wakeup's placement moves a task not queued
+/// yet: `on_rq` 0).
+const TASK_ON_RQ_MIGRATING: u32 = 2;
+
+/// Off the CPU and waiting for one: preempted, or blocked and since woken.
+#[inline(always)]
+fn runnable_off_cpu(st: &ThreadState) -> bool {
+    st.off_kind == OffCpuKind::Preempted as u32
+        || (st.off_kind == OffCpuKind::Blocked as u32 && st.wakeup_ts >= st.off_ts)
+}
+
+/// A queued target thread moved to another CPU's queue (the load
+/// balancer pulling it, or an affinity change by another thread): its wait
+/// from now on is the move's ([`Account::RunnableMoved`], an off-CPU
+/// record's `moved_ns`), and who runs on the new CPU is watched instead.
+/// A move inside the thread's own migration wait (sched_setaffinity) is
+/// booked whole as migration already.
+#[inline(always)]
+fn queued_moved(st: &mut ThreadState, pid: u32, dest_cpu: u32) {
+    let ts = now();
+    st.moved_ts = ts;
+    if st.wait_cpu != dest_cpu {
+        watch_queue(st, pid, dest_cpu, ts, cpu_state());
+    }
+}
+
 /// Fires in the migrating context, so the filter is on the migrated task.
 /// sched_migrate_task(task *p, int dest_cpu)
 #[btf_tracepoint(function = "sched_migrate_task")]
@@ -505,13 +548,19 @@ pub fn sched_migrate_task(ctx: BtfTracePointContext) -> i32 {
     if config!(floor_only) != 0 {
         return 0;
     }
-    let pid = task_pid(arg(&ctx, 0));
+    let task: *const u8 = arg(&ctx, 0);
+    let pid = task_pid(task);
     if let Some(st) = thread(pid) {
         count_one(Counter::Migrations);
         let dest_cpu: u64 = arg(&ctx, 1);
         // SAFETY: map value; a thread being migrated is not running, and
         // its wakeup (if this is one) runs in this context.
-        wakeup_moved(unsafe { &mut *st }, pid, dest_cpu as u32);
+        let st = unsafe { &mut *st };
+        if task_on_rq(task) == TASK_ON_RQ_MIGRATING && runnable_off_cpu(st) {
+            queued_moved(st, pid, dest_cpu as u32);
+        } else {
+            wakeup_moved(st, pid, dest_cpu as u32);
+        }
     }
     0
 }

@@ -416,6 +416,8 @@ struct Sums {
     runnable: f64,
     /// Runnable while the idle task had the CPU.
     runnable_idle: f64,
+    /// Of `runnable`, the wait after a move to another CPU's queue.
+    moved: f64,
     migration_off: f64,
     /// Long syscalls' on-CPU time in the window, less `syscall_silent`.
     syscall_on: f64,
@@ -700,6 +702,10 @@ impl<'a> Accounts<'a> {
                     }
                 }
                 OffKind::Runnable => {
+                    // Its last `moved_ns` waited on the CPU it was moved to.
+                    let moved_from = span.end_ns.saturating_sub(u64::from(r.moved_ns));
+                    let moved = span.end_ns.min(end).saturating_sub(moved_from.max(start));
+                    s.moved += (moved as f64).min(o);
                     s.runnable += o;
                     if r.next_pid == 0 {
                         // The idle task is nobody to name as a neighbour:
@@ -861,9 +867,15 @@ impl<'a> Accounts<'a> {
         let softirq_wait = slot(Account::SoftIrqWait);
         // IRQ work on the CPU the thread waited for is IRQ time, not a
         // neighbour's; the kernel side measured it inside the wait.
-        let runnable_all = s.runnable + slot(Account::Runnable);
+        // The kernel side books a short interval's wait after a move to
+        // another CPU's queue apart from the rest of its runnable wait.
+        let runnable_all = s.runnable + slot(Account::Runnable) + slot(Account::RunnableMoved);
         let irq_wait = (hardirq_wait + softirq_wait).min(runnable_all);
-        let runnable = runnable_all - irq_wait;
+        // The wait after a load balancer's move is the move's (as the
+        // server's own sched_setaffinity moves are), not the neighbour's
+        // on the CPU it left.
+        let moved = (s.moved + slot(Account::RunnableMoved)).min(runnable_all - irq_wait);
+        let runnable = runnable_all - irq_wait - moved;
         let (hardirq, softirq) = (
             slot(Account::HardIrq) + hardirq_wait.min(irq_wait),
             slot(Account::SoftIrq) + (irq_wait - hardirq_wait.min(irq_wait)),
@@ -955,7 +967,7 @@ impl<'a> Accounts<'a> {
             v - t
         };
         let (fault, syscall, user) = (take(fault), take(syscall), take(user));
-        let migration = migration_on + s.migration_off + blocked_slot(Site::Migration);
+        let migration = migration_on + s.migration_off + blocked_slot(Site::Migration) + moved;
         let mut by_wait = s.by_wait;
         if lock_spin > 0.0 {
             *by_wait

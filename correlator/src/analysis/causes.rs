@@ -645,7 +645,7 @@ fn evidence(
         ),
         CauseKind::Migrations => (
             format!(
-                "moving between CPUs (in sched_setaffinity and waiting for the new CPU): {base}"
+                "moving between CPUs (in sched_setaffinity and waiting for the new CPU, or waiting on the CPU the load balancer moved it to): {base}"
             ),
             None,
         ),

@@ -654,6 +654,28 @@ fn major_faults_and_migrations() {
     assert_eq!(top(&run(s)), Some(CauseKind::Migrations));
 }
 
+/// A preempted thread that the load balancer moved to another CPU, where
+/// it waited most of its stall: that wait is the move's (migrations), not
+/// the neighbour's it left; without the move the same stalls are
+/// preemption.
+#[test]
+fn waits_after_a_balancers_move_are_migrations() {
+    let stalls = |moved: u32| {
+        let mut s = Synth::new(10_000.0, 5);
+        for at in sporadic_times(8, 5) {
+            s.stall(at, 8 * MS);
+            s.preempted_then_moved(SERVER, at, 8 * MS, moved, "hog");
+        }
+        s.ordinary_sleeps(SERVER);
+        run(s)
+    };
+    let a = stalls(7_000_000);
+    assert_eq!(top(&a), Some(CauseKind::Migrations));
+    let e = &a.episodes[0].account;
+    assert!(e.migration_ns >= 6 * MS && e.runnable_ns <= 2 * MS, "{e:?}");
+    assert_eq!(top(&stalls(0)), Some(CauseKind::Preemption));
+}
+
 /// A long syscall on the CPU in the kernel (a fork of a big process) is
 /// named by the syscall.
 #[test]

@@ -103,6 +103,7 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
                 kstack: None,
                 ustack: None,
                 waker: None,
+                moved_ns: 0,
             }
         })
         .collect();

@@ -248,6 +248,7 @@ impl Synth {
             kstack: None,
             ustack: None,
             waker: None,
+            moved_ns: 0,
         });
     }
 
@@ -270,6 +271,15 @@ impl Synth {
 
     pub fn preempted(&mut self, tid: u32, start: u64, len: u64, by: &str) {
         self.off(tid, start, len, 0, true, by, Site::Other, None);
+    }
+
+    /// As [`Self::preempted`], moved to another CPU's queue by the load
+    /// balancer `moved` before it ran again.
+    pub fn preempted_then_moved(&mut self, tid: u32, start: u64, len: u64, moved: u32, by: &str) {
+        self.preempted(tid, start, len, by);
+        if let Some(last) = self.offcpu.last_mut() {
+            last.moved_ns = moved;
+        }
     }
 
     pub fn blocked(&mut self, tid: u32, start: u64, len: u64, site: Site, syscall: Option<u32>) {

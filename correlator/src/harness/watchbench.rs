@@ -109,6 +109,7 @@ pub fn run(a: &WatchBenchArgs) -> Result<()> {
                     kstack: None,
                     ustack: None,
                     waker: None,
+                    moved_ns: 0,
                 });
                 let mut ns = [0u64; NUM_ACCOUNT];
                 ns[0] = len;

@@ -39,6 +39,10 @@ pub struct WorkloadArgs {
     pub spin_ms: u64,
     #[arg(long, default_value_t = 1)]
     pub spin_cpu: usize,
+    /// Spin where the scheduler puts it (--spin-cpu ignored): the load
+    /// balancer may move it.
+    #[arg(long)]
+    pub spin_unpinned: bool,
     /// Calls of `correlator_known_work` (a uprobe target of known duration).
     #[arg(long, default_value_t = 0)]
     pub calls: usize,
@@ -336,7 +340,9 @@ fn work(args: &WorkloadArgs, major: Option<&MajorFile>, page: usize) -> Result<O
         pin(i % 2)?;
     }
     if args.spin_ms > 0 {
-        pin(args.spin_cpu)?;
+        if !args.spin_unpinned {
+            pin(args.spin_cpu)?;
+        }
         let end = crate::clock::monotonic_ns() + args.spin_ms * 1_000_000;
         let mut last = crate::clock::monotonic_ns();
         let mut gaps = SpinGaps {

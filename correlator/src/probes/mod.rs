@@ -320,6 +320,7 @@ impl Probes {
             task_cpu_offset: (kernel_btf.member_offset("task_struct", "thread_info")?
                 + kernel_btf.member_offset("thread_info", "cpu")?)
             .into(),
+            task_on_rq_offset: kernel_btf.member_offset("task_struct", "on_rq")?.into(),
             regs_arg0_offset: kernel_btf.member_offset("pt_regs", "di")?.into(),
             regs_nr_offset: kernel_btf.member_offset("pt_regs", "orig_ax")?.into(),
             regs_ax_offset: kernel_btf.member_offset("pt_regs", "ax")?.into(),

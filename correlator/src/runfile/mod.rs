@@ -399,9 +399,11 @@ pub const ACCOUNT_NAMES: [&str; correlator_common::NUM_ACCOUNT] = [
     "lock_spin",
     "lock_holder_steal",
     "runtime_gc",
+    "runnable_moved",
 ];
 
-const _: () = assert!(correlator_common::Account::RuntimeGc as usize == ACCOUNT_NAMES.len() - 1);
+const _: () =
+    assert!(correlator_common::Account::RunnableMoved as usize == ACCOUNT_NAMES.len() - 1);
 
 /// Name of each counter slot in run files.
 pub fn counter_name(c: Counter) -> &'static str {

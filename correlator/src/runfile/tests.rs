@@ -83,6 +83,7 @@ fn offcpu(tid: u32, start_ns: u64) -> OffCpu {
         kstack: None,
         ustack: None,
         waker: None,
+        moved_ns: 1_234,
     }
 }
 

@@ -34,6 +34,7 @@ pub struct OffCpuColumns {
     kstack: Vec<Option<super::stacks::StackId>>,
     ustack: Vec<Option<super::stacks::StackId>>,
     waker: Vec<Option<Waker>>,
+    moved_ns: Vec<u32>,
 }
 
 impl From<&[OffCpu]> for OffCpuColumns {
@@ -63,6 +64,7 @@ impl From<&[OffCpu]> for OffCpuColumns {
             kstack: rows.iter().map(|r| r.kstack).collect(),
             ustack: rows.iter().map(|r| r.ustack).collect(),
             waker: rows.iter().map(|r| r.waker).collect(),
+            moved_ns: rows.iter().map(|r| r.moved_ns).collect(),
         }
     }
 }
@@ -86,6 +88,7 @@ impl StreamedRows for OffCpu {
             kstack: None,
             ustack: None,
             waker: None,
+            moved_ns: 0,
         }
     }
 
@@ -112,6 +115,7 @@ impl StreamedRows for OffCpu {
             "kstack" => fill(rows, map, |r: &mut Self, v| r.kstack = v),
             "ustack" => fill(rows, map, |r: &mut Self, v| r.ustack = v),
             "waker" => fill(rows, map, |r: &mut Self, v| r.waker = v),
+            "moved_ns" => fill(rows, map, |r: &mut Self, v| r.moved_ns = v),
             _ => map.next_value::<serde::de::IgnoredAny>().map(drop),
         }
     }

@@ -129,6 +129,17 @@ pub struct OffCpu {
     /// saw it, or a run file from before wakers were recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waker: Option<Waker>,
+    /// The part of `runnable_ns` after the queued thread was last moved to
+    /// another CPU (load balancing); 0 in runs from before it was kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub moved_ns: u32,
+}
+
+/// A run holds up to millions of these: kept within two cache lines.
+const _: () = assert!(std::mem::size_of::<OffCpu>() <= 128);
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// The task or interrupt that woke a blocked thread: the other end of its
@@ -239,6 +250,7 @@ impl From<&OffCpuRecord> for OffCpu {
                 ustack: stacks::StackId::from_raw(r.waker_ustack),
                 ..w
             }),
+            moved_ns: r.moved_ns,
         }
     }
 }
@@ -695,6 +707,7 @@ mod tests {
             kstack: None,
             ustack: None,
             waker: None,
+            moved_ns: 0,
         };
         t.push_offcpu(rec.clone());
         t.push_offcpu(rec);

@@ -147,7 +147,7 @@ fn passive_trial() -> Result<String, String> {
         passive: Some(crate::latency::passive::PassiveSource::Syscalls),
         bpf_stats: false,
         syscall_time: crate::probes::SyscallTime::Sampled,
-        from_arrival: true,
+        request_start: crate::probes::RequestStart::Arrival,
         ..ProbeConfig::default()
     };
     let mut probes = Probes::attach(&me, &cfg).map_err(|e| format!("{e:#}"))?;

@@ -346,7 +346,7 @@ impl ProbeArgs {
             sample_hz: self.sample_hz,
             stacks: self.stacks,
             syscall_time: self.syscall_time.unwrap_or_default(),
-            from_arrival: self.passive.from_arrival,
+            request_start: self.passive.request_start(),
             ..crate::probes::ProbeConfig::default()
         })
     }
@@ -363,13 +363,18 @@ pub struct PassiveArgs {
     #[arg(long, conflicts_with = "uprobe")]
     pub syscalls: bool,
     /// With --syscalls: time each request from its bytes' arrival in the
-    /// socket (the sk_data_ready tracepoint, Linux 6.10+) instead of the
-    /// server's first read, so the wait of requests queued behind a stall
-    /// is seen server-side. Opt-in: it also shows the machine's own stalls
-    /// (a late vCPU wakeup, an IRQ burst) that watch's cause trigger does
-    /// not yet tell from the server's on a noisy VM.
-    #[arg(long, requires = "syscalls")]
+    /// socket (the sk_data_ready tracepoint, Linux 6.10+), and refuse to
+    /// attach where the kernel cannot. This is the default wherever the
+    /// kernel can (elsewhere requests are timed from the first read, and
+    /// the report says so): the wait of requests queued in the socket
+    /// behind a stall is part of what the clients saw.
+    #[arg(long, requires = "syscalls", conflicts_with = "from_read")]
     pub from_arrival: bool,
+    /// With --syscalls: time each request from the server's first read of
+    /// it instead (the server's own service time, without the wait in the
+    /// socket).
+    #[arg(long, requires = "syscalls")]
+    pub from_read: bool,
     /// Server-side latency of a function: BINARY:SYMBOL, each call timed
     /// from entry to return on its thread. A uprobe hit costs microseconds
     /// (about 10 µs on a VM): see the overhead section of the docs.
@@ -384,6 +389,20 @@ pub struct PassiveArgs {
 }
 
 impl PassiveArgs {
+    /// Where requests start: `--from-arrival` insists on arrival,
+    /// `--from-read` asks for the first read, neither takes arrival where
+    /// the kernel has it.
+    pub fn request_start(&self) -> crate::probes::RequestStart {
+        use crate::probes::RequestStart;
+        if self.from_arrival {
+            RequestStart::Arrival
+        } else if self.from_read {
+            RequestStart::FirstRead
+        } else {
+            RequestStart::ArrivalWhereAvailable
+        }
+    }
+
     pub fn source(&self) -> anyhow::Result<Option<crate::latency::passive::PassiveSource>> {
         use crate::latency::passive::PassiveSource;
         if self.syscalls {
@@ -726,8 +745,8 @@ pub struct WatchArgs {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub slo: Option<Duration>,
     /// The percentile the triggers watch and reports lead with: 99.9 by
-    /// default, a production server's tail. (Without --from-arrival the
-    /// wait of requests queued in the socket behind a stall is invisible
+    /// default, a production server's tail. (With --from-read the wait
+    /// of requests queued in the socket behind a stall is invisible
     /// server-side, so a stall shows further out in the tail.)
     #[arg(long, default_value_t = 99.9)]
     pub percentile: f64,

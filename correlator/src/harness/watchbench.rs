@@ -88,9 +88,7 @@ pub fn run(a: &WatchBenchArgs) -> Result<()> {
                 end_ns: start + len,
                 last_start_ns: start,
             };
-            if let Some(ns) = rec.push_request(&r) {
-                slo.record(ns);
-            }
+            rec.push_request(&r, |ns| slo.record(ns));
             if i % 10 == 0 {
                 rec.timeline.push_offcpu(OffCpu {
                     tid: me.pid,

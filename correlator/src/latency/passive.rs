@@ -200,6 +200,61 @@ pub struct Passive {
 /// Requests whose sizes decide the common request size.
 const LEARN: usize = 256;
 
+/// How many requests one read carried: its bytes over the common request
+/// size, at least one.
+pub fn requests_in(r: &RequestRecord, common: u32) -> u64 {
+    let common = u64::from(common.max(1));
+    ((u64::from(r.bytes_in) + common / 2) / common).max(1)
+}
+
+/// The starts of the `k` requests of one read, answered together at
+/// `end_ns`: their bytes arrived from `start_ns` to `last_start_ns`, both
+/// measured (`sk_data_ready`); the requests in between are placed evenly
+/// between the two (see [`Passive`]'s `record`). At most 65,536: a read
+/// carries at most the socket buffer.
+pub fn request_starts(r: &RequestRecord, k: u64) -> impl Iterator<Item = u64> + use<> {
+    let last = r.last_start_ns.clamp(r.start_ns, r.end_ns);
+    let (start, span) = (r.start_ns, last - r.start_ns);
+    let k = k.clamp(1, 1 << 16);
+    (0..k).map(move |j| {
+        if k > 1 {
+            start + span * j / (k - 1)
+        } else {
+            start
+        }
+    })
+}
+
+/// The common request size of a stream of reads, learned from the first
+/// [`LEARN`] (the most frequent size; the larger on a tie), as [`Passive`]
+/// learns it: what tells a read that carried several queued requests.
+#[derive(Debug, Default)]
+pub struct RequestSize {
+    sizes: HashMap<u32, u64>,
+    seen: usize,
+    common: Option<u32>,
+}
+
+impl RequestSize {
+    /// Takes one read; the requests it carried (1 until the size is known).
+    pub fn requests_in(&mut self, r: &RequestRecord) -> u64 {
+        if let Some(common) = self.common {
+            return requests_in(r, common);
+        }
+        *self.sizes.entry(r.bytes_in).or_default() += 1;
+        self.seen += 1;
+        if self.seen >= LEARN {
+            self.common = self
+                .sizes
+                .iter()
+                .max_by_key(|(size, n)| (**n, **size))
+                .map(|(size, _)| *size);
+            self.sizes = HashMap::new();
+        }
+        1
+    }
+}
+
 impl Passive {
     pub fn new(source: PassiveSource, start_ns: u64) -> Self {
         Self {
@@ -263,8 +318,7 @@ impl Passive {
     /// Counts a request as k requests when its read carried k × the most
     /// common request size, and records k latencies.
     fn account(&mut self, r: &RequestRecord, common: u32) {
-        let common = u64::from(common.max(1));
-        let k = ((u64::from(r.bytes_in) + common / 2) / common).max(1);
+        let k = requests_in(r, common);
         self.stats.estimated_requests += k;
         if k >= 2 {
             self.stats.batched += 1;
@@ -292,16 +346,7 @@ impl Passive {
     /// latency; counting the whole read once would let the requests queued
     /// behind a stall (the slow ones) vanish from the tail.
     fn record(&mut self, r: &RequestRecord, k: u64) {
-        let last = r.last_start_ns.clamp(r.start_ns, r.end_ns);
-        let span = last - r.start_ns;
-        // Bounded: a read carries at most the socket buffer.
-        let k = k.min(1 << 16);
-        for j in 0..k {
-            let start = if k > 1 {
-                r.start_ns + span * j / (k - 1)
-            } else {
-                r.start_ns
-            };
+        for start in request_starts(r, k) {
             let times = RequestTimes {
                 intended_ns: start,
                 sent_ns: start,
@@ -377,6 +422,34 @@ mod tests {
             end_ns: end,
             last_start_ns: start,
         }
+    }
+
+    /// watch's histogram counts a read that carried ten queued requests
+    /// as ten latencies, from the first arrival's to the last's, once the
+    /// common size is learned (one each before).
+    #[test]
+    fn a_read_of_queued_requests_is_each_of_its_requests() {
+        let read = |bytes: u32, start: u64, last: u64, end: u64| RequestRecord {
+            fd: 5,
+            bytes_in: bytes,
+            start_ns: start,
+            last_start_ns: last,
+            end_ns: end,
+            ..call(0, 0)
+        };
+        let mut sizes = RequestSize::default();
+        let queued = read(140, 0, 9_000, 10_000);
+        assert_eq!(sizes.requests_in(&queued), 1, "not learned yet");
+        for _ in 0..LEARN {
+            assert_eq!(sizes.requests_in(&read(14, 0, 0, 50)), 1);
+        }
+        let k = sizes.requests_in(&queued);
+        assert_eq!(k, 10);
+        let latencies: Vec<u64> = request_starts(&queued, k).map(|s| 10_000 - s).collect();
+        assert_eq!(
+            latencies,
+            (0..10).map(|j| 10_000 - 1_000 * j).collect::<Vec<_>>()
+        );
     }
 
     #[test]

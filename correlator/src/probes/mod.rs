@@ -70,12 +70,31 @@ pub struct ProbeConfig {
     /// second in sixty instead ([`Probes::set_stats`]).
     pub bpf_stats: bool,
     pub syscall_time: SyscallTime,
-    /// `--from-arrival`: `--syscalls` requests timed from their bytes'
-    /// arrival in the socket (`sk_data_ready`), not the first read.
-    pub from_arrival: bool,
+    /// Where `--syscalls` requests start: their bytes' arrival in the
+    /// socket (`sk_data_ready`) by default, or the server's first read.
+    pub request_start: RequestStart,
     /// Time the target's exchanges with its upstreams (connections it
     /// opened): what its waits were for, when they were not for work.
     pub upstreams: bool,
+}
+
+/// Where a server-side request (`--syscalls`) starts.
+///
+/// From its bytes' arrival in the socket by default: from the server's
+/// first read, a request that waited in the socket behind a stall (the
+/// coordinated omission a load generator must avoid) looks fast, and a
+/// server-side p99 then says nothing about what its clients saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RequestStart {
+    /// From arrival where the kernel has `sk_data_ready` and
+    /// `sock_recv_length` (Linux 6.10+), else from the first read (the
+    /// report says which).
+    #[default]
+    ArrivalWhereAvailable,
+    /// From arrival, or refuse to attach (`--from-arrival`).
+    Arrival,
+    /// From the server's first read of the request (`--from-read`).
+    FirstRead,
 }
 
 impl ProbeConfig {
@@ -101,7 +120,7 @@ impl Default for ProbeConfig {
             stacks: false,
             bpf_stats: true,
             syscall_time: SyscallTime::Sampled,
-            from_arrival: false,
+            request_start: RequestStart::default(),
             upstreams: true,
         }
     }
@@ -368,12 +387,16 @@ impl Probes {
             bail!("correlator knows the x86-64 syscall numbers only");
         }
         let sockets = SocketHooks::of(&kernel_btf);
-        if cfg.from_arrival && !(sockets.arrival && sockets.transfers) {
-            bail!(
+        let can_time_arrival = sockets.arrival && sockets.transfers;
+        let from_arrival = match cfg.request_start {
+            RequestStart::Arrival if !can_time_arrival => bail!(
                 "--from-arrival needs the sk_data_ready and sock_recv_length tracepoints (Linux 6.10 or later)"
-            );
-        }
-        config.requests_from_arrival = u64::from(cfg.from_arrival);
+            ),
+            RequestStart::Arrival => true,
+            RequestStart::ArrivalWhereAvailable => can_time_arrival,
+            RequestStart::FirstRead => false,
+        };
+        config.requests_from_arrival = u64::from(from_arrival);
         // Upstream exchanges are timed at the socket tracepoints, from the
         // reply's arrival where the kernel has sk_data_ready.
         let upstreams = cfg.upstreams && sockets.transfers && sockets.lifecycle;
@@ -445,7 +468,7 @@ impl Probes {
             sockets,
             SocketUse {
                 pairing: config.pair_at_sockets != 0,
-                arrival: cfg.from_arrival,
+                arrival: from_arrival,
                 upstreams,
             },
         )?;
@@ -486,7 +509,7 @@ impl Probes {
             _stats: stats,
             stats_enabled,
             steal_measured: config.task_cfs_rq_offset != 0,
-            arrival_timed: config.pair_at_sockets != 0 && cfg.from_arrival,
+            arrival_timed: config.pair_at_sockets != 0 && from_arrival,
             runtime_gc,
         })
     }

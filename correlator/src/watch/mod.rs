@@ -284,11 +284,11 @@ impl Watcher {
         a.rec.drained_at(at);
         let (rec, slo, m) = (&mut a.rec, &mut self.slo, &self.metrics);
         a.probes.drain_requests(|r| {
-            if let Some(ns) = rec.push_request(r) {
+            rec.push_request(r, |ns| {
                 slo.record(ns);
                 m.requests.inc();
                 m.latency.observe(ns);
-            }
+            });
         });
         Ok(())
     }

@@ -12,7 +12,7 @@ use anyhow::Result;
 use correlator_common::RequestRecord;
 
 use crate::{
-    latency::passive::{Passive, PassiveSource, SocketCache},
+    latency::passive::{Passive, PassiveSource, RequestSize, SocketCache, request_starts},
     probes::{KernelTotals, Probes},
     runfile::{Capture, Overhead, StopReason},
     target::Target,
@@ -32,6 +32,8 @@ pub struct FlightRecorder {
     /// Records the socket check turned away (files, pipes).
     not_socket: u64,
     sockets: SocketCache,
+    /// The common request size: how many requests a read carried.
+    sizes: RequestSize,
     /// One reading of the kernel totals per second: (time, totals).
     totals: VecDeque<(u64, KernelTotals)>,
     /// When the recorder started (attach or re-attach): no window reaches
@@ -60,6 +62,7 @@ impl FlightRecorder {
             requests_over_cap: 0,
             not_socket: 0,
             sockets: SocketCache::default(),
+            sizes: RequestSize::default(),
             totals: VecDeque::new(),
             since_ns: now,
             drained_ns: now,
@@ -73,12 +76,21 @@ impl FlightRecorder {
         self.drained_ns = ns.saturating_sub(2 * self.timeline.bucket_ns());
     }
 
-    /// Keeps a drained request record if it is a request; returns its
-    /// latency (ns) when it is.
-    pub fn push_request(&mut self, r: &RequestRecord) -> Option<u64> {
+    /// Keeps a drained request record if it is a request, and gives
+    /// `observe` the latency (ns) of each request it carried: a read that
+    /// took several requests queued behind a stall is several latencies,
+    /// spread over their arrivals as the report spreads them (counted
+    /// once, the queued requests vanished from watch's histogram: 0.5% of
+    /// requests above 41 ms against the client's 1.4% above 66 ms).
+    /// Returns whether it was a request.
+    pub fn push_request(&mut self, r: &RequestRecord, mut observe: impl FnMut(u64)) -> bool {
         if !self.sockets.is_request(r) {
             self.not_socket += 1;
-            return None;
+            return false;
+        }
+        let k = self.sizes.requests_in(r);
+        for start in request_starts(r, k) {
+            observe(r.end_ns.saturating_sub(start));
         }
         if self.requests.len() >= self.max_requests {
             // The oldest goes: the ring always holds the latest requests.
@@ -86,7 +98,7 @@ impl FlightRecorder {
             self.requests_over_cap += 1;
         }
         self.requests.push_back(*r);
-        Some(r.end_ns.saturating_sub(r.start_ns))
+        true
     }
 
     /// Once a second: a reading of the kernel totals, a steal sample, and

@@ -204,10 +204,12 @@ pub enum Total {
     /// Collections of the runtime's garbage collector that target threads
     /// ran (gc done probes that ended a start seen).
     RuntimeGcs = NUM_COUNTERS as u32 + 18,
+    /// Runtime pause records (Go's stopped worlds) lost to their full ring.
+    RuntimePausesLost = NUM_COUNTERS as u32 + 19,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 19;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 20;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 
@@ -596,6 +598,20 @@ pub struct MemStallRecord {
     pub end_ns: u64,
 }
 
+/// One pause of a managed runtime that stopped every thread of the target
+/// process at once, run by thread `tid`: Go's stopped world, from the entry
+/// of `runtime.stopTheWorldWithSema` to the entry of
+/// `runtime.startTheWorldWithSema` (the world restarts inside the latter,
+/// microseconds later).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RuntimePauseRecord {
+    pub tid: u32,
+    pub tgid: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
 /// In-kernel state of one upstream connection (by socket address).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -888,6 +904,9 @@ pub struct ThreadState {
     /// queue (load balancing, another thread's affinity change; 0: not
     /// moved in this interval): its wait from then on is the move's.
     pub moved_ts: u64,
+    /// When this thread began stopping the runtime's world (Go's
+    /// `runtime.stopTheWorldWithSema`; 0: not stopping it).
+    pub stw_ts: u64,
     pub acct: [u64; NUM_ACCOUNT],
 }
 
@@ -964,6 +983,7 @@ mod pod {
     unsafe impl aya::Pod for super::RequestRecord {}
     unsafe impl aya::Pod for super::UpstreamRecord {}
     unsafe impl aya::Pod for super::MemStallRecord {}
+    unsafe impl aya::Pod for super::RuntimePauseRecord {}
     unsafe impl aya::Pod for super::UpstreamState {}
     unsafe impl aya::Pod for super::ConnState {}
     unsafe impl aya::Pod for super::IpiSender {}

@@ -115,6 +115,11 @@ pub(crate) static DEVICE_IRQS: PerCpuArray<DeviceIrqTime> =
 #[map]
 pub(crate) static MEM_STALLS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
+/// Runtime pause records ([`correlator_common::RuntimePauseRecord`]): a
+/// few per garbage collection at most.
+#[map]
+pub(crate) static RUNTIME_PAUSES: RingBuf = RingBuf::with_byte_size(64 << 10, 0);
+
 /// Upstream exchange records ([`correlator_common::UpstreamRecord`]).
 #[map]
 pub(crate) static UPSTREAMS: RingBuf = RingBuf::with_byte_size(2 << 20, 0);

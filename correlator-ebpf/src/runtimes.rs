@@ -4,13 +4,23 @@
 //! booked to [`Account::RuntimeGc`]. Userspace finds the probes in the
 //! target's binaries and attaches these programs at their addresses, with
 //! the probes' semaphores raised by the kernel (see `probes::usdt`).
+//!
+//! Go has no USDT probes; its stopped worlds (every goroutine parked while
+//! the collector, or another stop-the-world operation, runs alone) are
+//! timed by uprobes on the runtime's functions that stop and restart the
+//! world, found by symbol in the Go binary, and recorded as intervals the
+//! analysis lays over every thread's waits.
 
-use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::uprobe, programs::ProbeContext};
-use correlator_common::{ThreadState, Total};
+use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP, helpers::bpf_get_current_pid_tgid, macros::uprobe,
+    programs::ProbeContext,
+};
+use correlator_common::{RuntimePauseRecord, ThreadState, Total};
 
 use crate::{
     account::ran_until,
     helpers::{now, total_add},
+    maps::RUNTIME_PAUSES,
     threads::thread,
 };
 
@@ -49,6 +59,50 @@ pub fn gc_done(_ctx: ProbeContext) -> u32 {
         ran_until(st, now());
         st.gc_ts = 0;
         total_add(Total::RuntimeGcs);
+    }
+    0
+}
+
+/// Go's `runtime.stopTheWorldWithSema` starts: this thread stops the world.
+/// (An entry probe only: a return probe would rewrite the return address
+/// on a goroutine stack the runtime may move.)
+#[uprobe]
+pub fn go_world_stop(_ctx: ProbeContext) -> u32 {
+    if let Some(st) = running_target() {
+        st.stw_ts = now();
+    }
+    0
+}
+
+/// Go's `runtime.startTheWorldWithSema` starts: the world stopped since
+/// this thread's `go_world_stop` is restarting. Pauses shorter than the
+/// off-CPU records' minimum are counted, not recorded.
+#[uprobe]
+pub fn go_world_start(_ctx: ProbeContext) -> u32 {
+    let Some(st) = running_target() else {
+        return 0;
+    };
+    let start = st.stw_ts;
+    if start == 0 {
+        return 0;
+    }
+    st.stw_ts = 0;
+    total_add(Total::RuntimeGcs);
+    let end = now();
+    if end < start + config!(min_offcpu_record_ns) {
+        return 0;
+    }
+    match RUNTIME_PAUSES.reserve::<RuntimePauseRecord>(0) {
+        Some(mut entry) => {
+            entry.write(RuntimePauseRecord {
+                tid: st.tid,
+                tgid: st.tgid,
+                start_ns: start,
+                end_ns: end,
+            });
+            entry.submit(BPF_RB_NO_WAKEUP as u64);
+        }
+        None => total_add(Total::RuntimePausesLost),
     }
     0
 }

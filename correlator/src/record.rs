@@ -317,10 +317,7 @@ pub async fn capture(
         ..r
     });
     if let Some(r) = &runtime_gc {
-        notes.push(format!(
-            "{}'s garbage collections were timed by its own gc probes (USDT) in {}: {} collections on the target's threads",
-            r.runtime, r.binary, r.collections
-        ));
+        notes.push(r.note());
     }
     Ok(Capture {
         target,

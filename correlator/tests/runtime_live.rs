@@ -1,5 +1,7 @@
 //! Managed runtimes' own pauses, live: Debian's CPython running full
-//! collections on its serving thread, found by its own USDT probes.
+//! collections on its serving thread, found by its own USDT probes; a Go
+//! program whose collections stop the world, found by uprobes on the Go
+//! runtime's stop-the-world functions.
 
 use std::process::{Command, Stdio};
 
@@ -13,6 +15,12 @@ use crate::util::{
 const GC_SERVER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../corpus/recipes/gc_server.py"
+);
+
+/// The Go case's server (corpus/recipes), built by the test with Debian's Go.
+const GO_STW_SERVER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../corpus/recipes/go_stw_server.go"
 );
 
 live_test! {
@@ -94,5 +102,106 @@ live_test! {
             checked += 1;
         }
         assert!(checked >= 5, "only {checked} episodes overlapped a collection");
+    }
+}
+
+live_test! {
+    /// corpus/recipes/go_stw_server.go, built with Debian's Go and pinned to
+    /// CPU 1 with two Ps: every second a goroutine computes for 40 ms in a
+    /// loop that cannot be preempted (GODEBUG=asyncpreemptoff=1) and a
+    /// collection starts 2 ms into it, so the world stays stopped until the
+    /// loop ends: every goroutine, the serving ones included, waits about
+    /// 38 ms. The server times each of those stops itself (CLOCK_MONOTONIC,
+    /// from just before runtime.GC() to its loop's first call after the
+    /// world restarted) as the outside truth. The report must name Go's
+    /// garbage collection (a stopped world) as the top cause, periodic with
+    /// the stops' own period within 5%; and in every episode that a stop
+    /// overlaps by at least 5 ms, the measured pause time must be the
+    /// server's own within 5% + 1 ms.
+    fn go_stopped_worlds_are_named_by_the_runtimes_functions() {
+        let Some(go) = debian_binary("/usr/bin/go", "go_stopped_worlds_are_named_by_the_runtimes_functions") else {
+            return;
+        };
+        let dir = scratch("go-stw");
+        let binary = dir.join("go_stw_server");
+        let built = Command::new(&go)
+            .args(["build", "-o"])
+            .arg(&binary)
+            .arg(GO_STW_SERVER)
+            .env("GO111MODULE", "off")
+            .status()
+            .expect("go build");
+        assert!(built.success(), "go build {GO_STW_SERVER}");
+        let facts = dir.join("facts.json");
+        let port = free_port();
+        let mut server = Proc(
+            Command::new("taskset")
+                .args(["-c", "1"])
+                .arg(&binary)
+                .args([&port.to_string(), "1000", "40"])
+                .arg(&facts)
+                .env("GOMAXPROCS", "2")
+                .env("GODEBUG", "asyncpreemptoff=1")
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("go_stw_server"),
+        );
+        wait_listening(port);
+        let report = run_report(server.0.id(), &format!("http://127.0.0.1:{port}/"), 2000, "10s", &dir, &[]);
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
+        let _ = server.0.wait();
+        let truth: Value =
+            serde_json::from_str(&std::fs::read_to_string(&facts).expect("the server's facts")).expect("facts json");
+        let stops: Vec<(u64, u64)> = truth["stops"]
+            .as_array()
+            .expect("stops")
+            .iter()
+            .map(|c| (c[0].as_u64().expect("start"), c[1].as_u64().expect("end")))
+            .collect();
+        let long: Vec<(u64, u64)> = stops.iter().copied().filter(|(s, e)| e - s >= 10_000_000).collect();
+        eprintln!(
+            "{} stops by the server's own clock, {} of 10 ms or more; Go's own pauses (ns): {}",
+            stops.len(),
+            long.len(),
+            truth["gc_pauses"]
+        );
+        assert!(long.len() >= 8, "too few long stops: {}", long.len());
+        let gaps: Vec<f64> = long.windows(2).map(|w| (w[1].0 - w[0].0) as f64 / 1e6).collect();
+        let period = gaps.iter().sum::<f64>() / gaps.len() as f64;
+
+        let c = &report["classification"];
+        let top = top_server_cause(c);
+        assert_eq!(top["cause"], "garbage_collection", "{c:#}");
+        let evidence = top["evidence"].as_str().expect("evidence");
+        eprintln!("top cause: {evidence}");
+        assert!(evidence.contains("Go's runtime had the world stopped"), "Go's stopped world is not named: {evidence}");
+        let family = report["families"]
+            .as_array()
+            .expect("families")
+            .iter()
+            .find(|f| f["cause"] == "garbage_collection")
+            .expect("a garbage-collection family");
+        assert_eq!(family["signature"], "periodic", "{}", family["evidence"]);
+        let found = family["periodicity"]["period_ms"].as_f64().expect("period");
+        eprintln!("period: report {found:.1} ms, the server's stops {period:.1} ms apart");
+        assert!((found - period).abs() <= 0.05 * period, "period {found:.1} ms vs the stops' {period:.1} ms");
+
+        let mut checked = 0;
+        for e in report["episodes"].as_array().expect("episodes") {
+            let (a, b) = (e["start_ns"].as_u64().expect("start"), e["end_ns"].as_u64().expect("end"));
+            let overlap: u64 = stops.iter().map(|&(s, t)| t.min(b).saturating_sub(s.max(a))).sum();
+            if overlap < 5_000_000 {
+                continue;
+            }
+            let measured = e["account"]["runtime_pause_ns"].as_u64().unwrap_or(0);
+            eprintln!("episode at {a}: stopped world {:.2} ms measured, {:.2} ms by the server", measured as f64 / 1e6, overlap as f64 / 1e6);
+            assert!(
+                measured.abs_diff(overlap) as f64 <= 0.05 * overlap as f64 + 1e6,
+                "episode at {a}: stopped world {measured} ns measured vs {overlap} ns by the server"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 5, "only {checked} episodes overlapped a stop");
     }
 }

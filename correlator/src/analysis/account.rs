@@ -26,6 +26,7 @@ use crate::runfile::RunFile;
 use crate::timeline::{
     SyscallSpan, ThreadAccount, WakeContext,
     memory::{MemStall, StallKind},
+    pauses::RuntimePause,
     syscalls::{self, Site},
     upstreams::UpstreamExchange,
 };
@@ -463,6 +464,8 @@ pub struct Accounts<'a> {
     longest_stall: u64,
     /// Per thread (sender and reader): upstream exchanges sorted by send.
     upstreams: HashMap<u32, Vec<&'a UpstreamExchange>>,
+    /// Per process: its runtime's stopped worlds (Go), sorted by start.
+    pauses: HashMap<u32, Vec<&'a RuntimePause>>,
     longest_exchange: u64,
     /// Threads accounted for in every window: those that waited for input
     /// at some time (the serving threads), or every thread seen if none
@@ -503,6 +506,13 @@ impl<'a> Accounts<'a> {
         }
         for v in upstreams.values_mut() {
             v.sort_by_key(|u| u.sent_ns);
+        }
+        let mut pauses: HashMap<u32, Vec<&RuntimePause>> = HashMap::new();
+        for p in &run.runtime_pauses {
+            pauses.entry(p.tgid).or_default().push(p);
+        }
+        for v in pauses.values_mut() {
+            v.sort_by_key(|p| p.start_ns);
         }
         let idle_slot = Account::Blocked as usize + Site::Idle as usize;
         let mut serving: HashSet<u32> = run
@@ -556,6 +566,7 @@ impl<'a> Accounts<'a> {
                 .max()
                 .unwrap_or(0),
             upstreams,
+            pauses,
             candidates,
             shift: run.bucket_ns.max(1).trailing_zeros(),
         }
@@ -594,6 +605,31 @@ impl<'a> Accounts<'a> {
             account.settle_unexplained();
         }
         account
+    }
+
+    /// The time in [from, to] inside the stopped worlds of process `tgid`'s
+    /// runtime, booked to `s.by_collector` by the thread that stopped each.
+    fn stopped_world(&self, tgid: u32, from: u64, to: u64, s: &mut Sums) -> f64 {
+        let Some(pauses) = self.pauses.get(&tgid) else {
+            return 0.0;
+        };
+        let mut total = 0.0;
+        let first = pauses.partition_point(|p| p.end_ns < from);
+        for p in pauses[first..].iter().take_while(|p| p.start_ns <= to) {
+            let o = p.overlap(from, to) as f64;
+            if o <= 0.0 {
+                continue;
+            }
+            let by = self.run.thread_names.get(&p.tid).map_or_else(
+                || format!("tid {}", p.tid),
+                |n| format!("{n} (tid {})", p.tid),
+            );
+            *s.by_collector
+                .entry(super::runtimes::stopped_world("Go", &by))
+                .or_default() += o;
+            total += o;
+        }
+        total
     }
 
     /// The minor and major faults the kernel counted in [start, end] (by
@@ -650,6 +686,19 @@ impl<'a> Accounts<'a> {
             let in_stall = self.stalled(tid, span.start_ns.max(start), span.end_ns.min(end));
             s.mem_off += in_stall;
             let o = o - in_stall;
+            if o <= 0.0 {
+                continue;
+            }
+            // Off the CPU while its runtime had stopped the whole process
+            // (Go's stopped world): nothing of it could run, whoever ends
+            // the wait; the runtime's pause.
+            let stopped = self.stopped_world(
+                r.tgid,
+                span.start_ns.max(start),
+                span.end_ns.min(end),
+                &mut s,
+            );
+            let o = o - stopped;
             if o <= 0.0 {
                 continue;
             }

@@ -147,6 +147,7 @@ impl CauseKind {
                 detail.map_or(String::new(), |d| format!(" in {d}"))
             ),
             CauseKind::GarbageCollection if detail.is_some_and(|d| d.starts_with("CPython")) => "shorten or spread the collections: gc.freeze() after start-up (long-lived objects leave the collector's scans), a higher gc.set_threshold, fewer reference cycles per request; re-measure (gc.callbacks time each collection)".into(),
+            CauseKind::GarbageCollection if detail.is_some_and(|d| d.starts_with("Go:")) => "find what kept the world from stopping or restarting quickly: a goroutine in a loop without calls (asynchronous preemption off, GODEBUG=asyncpreemptoff=1) or in a long copy or assembly routine delays every stop; then fewer collections (a higher GOGC or GOMEMLIMIT, less allocation per request); re-measure (GODEBUG=gctrace=1 prints each collection's stop-the-world wall time)".into(),
             CauseKind::GarbageCollection => "shorten or spread the pauses: a larger young generation or heap, a concurrent collector (G1, ZGC), less allocation per request; re-measure (the JVM's own -Xlog:gc shows each pause)".into(),
             CauseKind::Hardirq => "move IRQ affinity away from the server's CPUs (knob irq-affinity=IRQ:CPULIST) and re-measure".into(),
             CauseKind::Softirq => "steer softirq work (RPS / IRQ affinity, knob rps=DEV:CPULIST) away from the server's CPUs, or pin the server elsewhere; re-measure".into(),

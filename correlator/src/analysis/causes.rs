@@ -558,6 +558,16 @@ fn evidence(
                 );
                 return (text, by);
             }
+            if let Some(world) = by
+                .as_deref()
+                .filter(|c| super::runtimes::is_stopped_world(c))
+            {
+                let (runtime, rest) = world.split_once(": ").unwrap_or(("the runtime", world));
+                let text = format!(
+                    "{thread} could not run while {runtime}'s runtime had {rest} (timed by uprobes on the runtime's own functions): garbage collection's stop-the-world phases, or another stop-the-world operation: {base}"
+                );
+                return (text, by);
+            }
             let text = format!(
                 "{thread} was stopped until {} woke it, ending the runtime's pause (a collection, or another safepoint operation: the name alone cannot tell): {base}",
                 by.as_deref().unwrap_or("the runtime's collector")

@@ -19,12 +19,20 @@
 //! target's binary has them) and booked as the thread's time in the
 //! collector ([`own_collections`]).
 //!
+//! Go names no threads and has no probes: its stopped worlds (every
+//! goroutine parked while one thread runs a collection's phase change, or
+//! another stop-the-world operation) are timed by uprobes on the runtime's
+//! own functions (`probes::goruntime`), and any wait of the process's
+//! threads inside one is the pause's ([`stopped_world`]).
+//!
 //! Limits: the VM Thread also runs safepoints that are not collections
 //! (deoptimisation, thread dumps, class redefinition); by name alone they
 //! are counted here too. The hotspot USDT probes (`gc__begin`/`gc__end`,
 //! `safepoint__begin`/`end`) would tell them apart; they are not attached
-//! yet. Runtimes without named collector threads or probes (Go) are not
-//! recognised.
+//! yet. Go's stopped worlds are mostly a collection's two phase changes,
+//! but also `runtime.GOMAXPROCS`, `runtime/debug` heap dumps, a CPU
+//! profile's start or `ReadMemStats` (before Go 1.21): the functions do
+//! not say which (1.21's reason argument is not read yet).
 
 /// How the account names a runtime's collections that the server's own
 /// thread ran (CPython collects on the thread that allocates), measured
@@ -34,6 +42,19 @@ pub fn own_collections(runtime: &str) -> String {
 }
 
 const OWN_COLLECTIONS: &str = "its collector, run by the thread itself (gc__start to gc__done)";
+
+/// How the account names the waits inside a runtime's stopped world,
+/// stopped by thread `by`.
+pub fn stopped_world(runtime: &str, by: &str) -> String {
+    format!("{runtime}: {STOPPED_WORLD} by {by}")
+}
+
+const STOPPED_WORLD: &str = "the world stopped (stopTheWorldWithSema to startTheWorldWithSema)";
+
+/// Whether a collector's name (`TimeAccount::collector`) is a stopped world.
+pub fn is_stopped_world(collector: &str) -> bool {
+    collector.contains(STOPPED_WORLD)
+}
 
 /// Whether a collector's name (`TimeAccount::collector`) is the thread's
 /// own collections rather than another thread that stopped it.

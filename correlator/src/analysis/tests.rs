@@ -284,6 +284,7 @@ fn a_thread_running_cpythons_collector_is_a_gc_pause() {
         runtime: "CPython".into(),
         binary: "/usr/bin/python3.11".into(),
         collections: 20,
+        timed_by: crate::probes::GcTiming::Usdt,
     });
     for at in sporadic_times(20, 5) {
         s.stall(at, 6 * MS);
@@ -308,6 +309,69 @@ fn a_thread_running_cpythons_collector_is_a_gc_pause() {
     let e = &a.episodes[0].account;
     assert!(e.runtime_pause_ns >= 5 * MS, "{e:#?}");
     assert!(e.on_cpu_user_ns < MS, "{e:#?}");
+}
+
+/// A Go server whose serving thread waits in futex, woken by one of its own
+/// (unnamed) threads, inside the runtime's stopped worlds: the runtime's
+/// pause, named for Go with Go's remedies, not a lock; the same waits
+/// outside any stopped world stay the server's blocking.
+#[test]
+fn waits_inside_gos_stopped_worlds_are_garbage_collection() {
+    let build = |stopped: bool| {
+        let mut s = Synth::new(10_000.0, 5);
+        s.runtime_gc = Some(crate::probes::RuntimeGcRun {
+            runtime: "Go".into(),
+            binary: "/srv/gosrv".into(),
+            collections: 16,
+            timed_by: crate::probes::GcTiming::GoWorld,
+        });
+        for at in sporadic_times(8, 5) {
+            s.stall(at, 12 * MS);
+            s.blocked_woken(
+                SERVER,
+                at,
+                12 * MS,
+                Site::Lock,
+                Some(202),
+                SERVER + 1,
+                "gosrv",
+            );
+            if stopped {
+                s.runtime_pauses
+                    .push(crate::timeline::pauses::RuntimePause {
+                        tid: SERVER + 1,
+                        tgid: 100,
+                        start_ns: at,
+                        end_ns: at + 12 * MS,
+                    });
+            }
+        }
+        s.ordinary_sleeps(SERVER);
+        run(s)
+    };
+    let a = build(true);
+    assert_verdict(&a, Signature::Sporadic, CauseKind::GarbageCollection);
+    let cause = &a.classification.causes[0];
+    assert!(
+        cause
+            .evidence
+            .contains("Go's runtime had the world stopped"),
+        "{}",
+        cause.evidence
+    );
+    assert!(cause.experiment.contains("GOGC"), "{}", cause.experiment);
+    assert!(
+        !a.classification
+            .causes
+            .iter()
+            .any(|c| c.cause == CauseKind::Blocking),
+        "{:#?}",
+        a.classification.causes
+    );
+    let e = &a.episodes[0].account;
+    assert!(e.runtime_pause_ns >= 11 * MS, "{e:#?}");
+    let a = build(false);
+    assert_verdict(&a, Signature::Sporadic, CauseKind::Blocking);
 }
 
 /// A server whose 6 ms stalls are 20 sporadic stretches on the CPU in a

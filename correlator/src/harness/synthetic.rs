@@ -159,6 +159,7 @@ pub fn run(seconds: u64, requests: u64, events: u64) -> RunFile {
         memory_cgroup: None,
         ipi_senders: Vec::new(),
         device_irqs: Vec::new(),
+        runtime_pauses: Vec::new(),
         clocks: None,
         runtime_gc: None,
         syscalls: Vec::new(),

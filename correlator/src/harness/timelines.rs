@@ -46,6 +46,8 @@ pub struct Synth {
     pub memory_stalls: Vec<crate::timeline::memory::MemStall>,
     /// The runtime gc probes the run says were attached.
     pub runtime_gc: Option<crate::probes::RuntimeGcRun>,
+    /// Stopped worlds of the process (Go; see `timeline::pauses`).
+    pub runtime_pauses: Vec<crate::timeline::pauses::RuntimePause>,
 }
 
 /// The serving thread of every synthetic run.
@@ -66,6 +68,7 @@ impl Synth {
             overload: None,
             memory_stalls: Vec::new(),
             runtime_gc: None,
+            runtime_pauses: Vec::new(),
         }
     }
 
@@ -91,6 +94,7 @@ impl Synth {
             overload: None,
             memory_stalls: Vec::new(),
             runtime_gc: None,
+            runtime_pauses: Vec::new(),
         }
     }
 
@@ -448,6 +452,7 @@ impl Synth {
             memory_cgroup: None,
             ipi_senders: Vec::new(),
             device_irqs: Vec::new(),
+            runtime_pauses: self.runtime_pauses,
             clocks: None,
             runtime_gc: self.runtime_gc,
         };

@@ -391,7 +391,7 @@ pub(super) fn attach_passive(
 pub(super) fn attach_runtime_gc(ebpf: &mut Ebpf, pid: u32) -> super::RuntimeGc {
     let probes = match super::usdt::find_runtime_gc(pid) {
         Ok(Some(p)) => p,
-        Ok(None) => return super::RuntimeGc::Absent,
+        Ok(None) => return attach_go_world(ebpf, pid),
         Err(e) => {
             log::debug!("looking for runtime gc probes: {e:#}");
             return super::RuntimeGc::Absent;
@@ -426,6 +426,44 @@ pub(super) fn attach_runtime_gc(ebpf: &mut Ebpf, pid: u32) -> super::RuntimeGc {
     super::RuntimeGc::Attached {
         probes,
         _events: events,
+    }
+}
+
+/// Attaches the uprobes on Go's stop-the-world functions when the target's
+/// executable is a Go binary with its symbols (see `goruntime`).
+fn attach_go_world(ebpf: &mut Ebpf, pid: u32) -> super::RuntimeGc {
+    let Some(binary) = super::goruntime::find(pid) else {
+        return super::RuntimeGc::Absent;
+    };
+    let shown = std::fs::read_link(format!("/proc/{pid}/exe")).map_or_else(
+        |_| binary.display().to_string(),
+        |p| p.display().to_string(),
+    );
+    let mut attach = |prog: &str, symbol: &str| -> Result<()> {
+        let scope = UProbeScope::OneProcess(
+            std::num::NonZeroU32::new(pid).context("PID 0 cannot be probed")?,
+        );
+        let program: &mut UProbe = ebpf
+            .program_mut(prog)
+            .with_context(|| format!("program {prog} missing from the eBPF object"))?
+            .try_into()?;
+        program.load().map_err(|e| refused(prog, &e))?;
+        program
+            .attach([symbol], &binary, scope)
+            .map_err(|e| anyhow::anyhow!("cannot attach a uprobe to {symbol}: {e:#}"))?;
+        Ok(())
+    };
+    let attached = attach("go_world_stop", super::goruntime::WORLD_STOP)
+        .and_then(|()| attach("go_world_start", super::goruntime::WORLD_START));
+    match attached {
+        Ok(()) => {
+            log::info!("Go's stopped worlds timed by uprobes in {shown}");
+            super::RuntimeGc::GoWorld { binary: shown }
+        }
+        Err(e) => super::RuntimeGc::GoRefused {
+            binary: shown,
+            why: format!("{e:#}"),
+        },
     }
 }
 

@@ -5,6 +5,7 @@
 mod attach;
 pub mod btf;
 pub mod calibrate;
+pub mod goruntime;
 pub mod stats_windows;
 mod totals;
 pub mod tracefs;
@@ -27,9 +28,9 @@ use aya::{
 };
 use correlator_common::{
     BUCKET_SLOTS, Bucket, Config, CpuState, MemStallRecord, NUM_COUNTERS, NUM_IRQ_KINDS,
-    NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuRecord, RequestRecord, STACK_OVERFLOW_SLOTS,
-    STACK_SLOTS, SYSCALL_SLOTS, SampleRecord, SyscallRecord, SyscallTotal, TOTAL_IRQ_KIND_BASE,
-    ThreadBucket, Total, UpstreamRecord,
+    NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuRecord, RequestRecord, RuntimePauseRecord,
+    STACK_OVERFLOW_SLOTS, STACK_SLOTS, SYSCALL_SLOTS, SampleRecord, SyscallRecord, SyscallTotal,
+    TOTAL_IRQ_KIND_BASE, ThreadBucket, Total, UpstreamRecord,
 };
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +41,7 @@ use crate::{
     timeline::{
         OffCpu, SyscallSpan, ThreadAccount, Timeline,
         memory::MemStall,
+        pauses::RuntimePause,
         stacks::{RawStacks, Sample},
         syscalls,
         upstreams::UpstreamExchange,
@@ -219,6 +221,7 @@ pub struct Probes {
     samples: RingBuf<MapData>,
     upstreams: RingBuf<MapData>,
     mem_stalls: RingBuf<MapData>,
+    runtime_pauses: RingBuf<MapData>,
     ipi_senders: aya::maps::HashMap<MapData, u32, correlator_common::IpiSender>,
     device_irqs: PerCpuArray<MapData, correlator_common::DeviceIrqTime>,
     /// Memory-stall events this kernel would not let the programs time.
@@ -251,12 +254,46 @@ pub struct Probes {
 /// A managed runtime's gc probes as a run records them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeGcRun {
-    /// The runtime ("CPython").
+    /// The runtime ("CPython", "Go").
     pub runtime: String,
     /// The binary holding the probes, as the target maps it.
     pub binary: String,
-    /// Collections the target's threads ran while recorded.
+    /// Collections the target's threads ran while recorded (USDT), or the
+    /// worlds they stopped (Go).
     pub collections: u64,
+    /// What timed them (absent in older files: USDT).
+    #[serde(default)]
+    pub timed_by: GcTiming,
+}
+
+/// What timed a runtime's pauses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GcTiming {
+    /// The runtime's own gc start/done USDT probes, on the collecting thread.
+    #[default]
+    Usdt,
+    /// Entry uprobes on Go's functions that stop and restart the world.
+    GoWorld,
+}
+
+impl RuntimeGcRun {
+    /// The run note that says what timed the runtime's pauses.
+    pub fn note(&self) -> String {
+        match self.timed_by {
+            GcTiming::Usdt => format!(
+                "{}'s garbage collections were timed by its own gc probes (USDT) in {}: {} collections on the target's threads",
+                self.runtime, self.binary, self.collections
+            ),
+            GcTiming::GoWorld => format!(
+                "Go's stopped worlds (garbage collection phases and other stop-the-world operations) were timed by uprobes on {} and {} in {}: {} stopped worlds",
+                goruntime::WORLD_STOP,
+                goruntime::WORLD_START,
+                self.binary,
+                self.collections
+            ),
+        }
+    }
 }
 
 /// The gc probes of a managed runtime the target runs (see `usdt`).
@@ -274,6 +311,11 @@ pub enum RuntimeGc {
         probes: usdt::RuntimeGcProbes,
         why: String,
     },
+    /// A Go executable: its stopped worlds are timed by uprobes on the
+    /// runtime's functions (held by the loaded programs' links).
+    GoWorld { binary: String },
+    /// A Go executable whose uprobes the kernel refused: why.
+    GoRefused { binary: String, why: String },
 }
 
 fn take_map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
@@ -496,6 +538,7 @@ impl Probes {
             samples: take_map(&mut ebpf, "SAMPLES")?,
             upstreams: take_map(&mut ebpf, "UPSTREAMS")?,
             mem_stalls: take_map(&mut ebpf, "MEM_STALLS")?,
+            runtime_pauses: take_map(&mut ebpf, "RUNTIME_PAUSES")?,
             ipi_senders: take_map(&mut ebpf, "IPI_SENDERS")?,
             device_irqs: take_map(&mut ebpf, "DEVICE_IRQS")?,
             memory_missing,
@@ -522,6 +565,13 @@ impl Probes {
                 runtime: probes.runtime.to_string(),
                 binary: probes.shown_binary(),
                 collections,
+                timed_by: GcTiming::Usdt,
+            }),
+            RuntimeGc::GoWorld { binary } => Some(RuntimeGcRun {
+                runtime: "Go".into(),
+                binary: binary.clone(),
+                collections,
+                timed_by: GcTiming::GoWorld,
             }),
             _ => None,
         }
@@ -534,6 +584,9 @@ impl Probes {
                 "{}'s gc probes in {} were found but not attached ({why}): its garbage collections are not named",
                 probes.runtime,
                 probes.shown_binary()
+            )),
+            RuntimeGc::GoRefused { binary, why } => Some(format!(
+                "{binary} is a Go program, but the uprobes on its runtime's stop-the-world functions were not attached ({why}): its stopped worlds are not named"
             )),
             _ => None,
         }
@@ -667,6 +720,13 @@ impl Probes {
                 if let Some(stall) = MemStall::from_record(&rec) {
                     timeline.push_mem_stall(stall);
                 }
+            }
+        }
+        while let Some(item) = self.runtime_pauses.next() {
+            if item.len() >= size_of::<RuntimePauseRecord>() {
+                // SAFETY: as above, a whole RuntimePauseRecord.
+                let rec = unsafe { item.as_ptr().cast::<RuntimePauseRecord>().read_unaligned() };
+                timeline.push_runtime_pause(RuntimePause::from(&rec));
             }
         }
     }
@@ -811,6 +871,7 @@ impl Probes {
         totals.syscall_records_lost = sum[Total::SyscallRecordsLost as usize];
         totals.upstreams_lost = sum[Total::UpstreamsLost as usize];
         totals.mem_stalls_lost = sum[Total::MemStallsLost as usize];
+        totals.runtime_pauses_lost = sum[Total::RuntimePausesLost as usize];
         totals.ipi_senders_lost = sum[Total::IpiSendersLost as usize];
         totals.untraced_switches = sum[Total::UntracedSwitches as usize];
         totals.runtime_gcs = sum[Total::RuntimeGcs as usize];

@@ -34,6 +34,8 @@ pub struct KernelTotals {
     pub upstreams_lost: u64,
     /// Memory stall records lost to their full ring.
     pub mem_stalls_lost: u64,
+    /// Runtime pause records (Go's stopped worlds) lost to their full ring.
+    pub runtime_pauses_lost: u64,
     /// Cross-CPU calls whose sender the full sender table could not keep.
     pub ipi_senders_lost: u64,
     /// Context switches of target threads the kernel made without tracing
@@ -86,6 +88,9 @@ impl KernelTotals {
         d.accounts_lost = d.accounts_lost.saturating_sub(earlier.accounts_lost);
         d.upstreams_lost = d.upstreams_lost.saturating_sub(earlier.upstreams_lost);
         d.mem_stalls_lost = d.mem_stalls_lost.saturating_sub(earlier.mem_stalls_lost);
+        d.runtime_pauses_lost = d
+            .runtime_pauses_lost
+            .saturating_sub(earlier.runtime_pauses_lost);
         d.ipi_senders_lost = d.ipi_senders_lost.saturating_sub(earlier.ipi_senders_lost);
         d.untraced_switches = d
             .untraced_switches
@@ -125,6 +130,7 @@ impl KernelTotals {
             + self.sample_records_lost
             + self.upstreams_lost
             + self.mem_stalls_lost
+            + self.runtime_pauses_lost
             + self.ipi_senders_lost
     }
 

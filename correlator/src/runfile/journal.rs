@@ -218,6 +218,7 @@ pub fn recover(start: Start, deltas: Vec<Delta>, torn_bytes: usize) -> RunFile {
         memory_cgroup: None,
         ipi_senders: Vec::new(),
         device_irqs: Vec::new(),
+        runtime_pauses: Vec::new(),
         clocks: None,
         runtime_gc: None,
     };

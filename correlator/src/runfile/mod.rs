@@ -144,6 +144,9 @@ pub struct Losses {
     /// Memory stall records the kernel could not record.
     #[serde(default)]
     pub mem_stalls_lost: u64,
+    /// Runtime pause records (Go's stopped worlds) the kernel could not record.
+    #[serde(default)]
+    pub runtime_pauses_lost: u64,
     /// Cross-CPU calls whose sender the kernel could not keep.
     #[serde(default)]
     pub ipi_senders_lost: u64,
@@ -178,6 +181,7 @@ impl Losses {
             + self.syscall_records_lost
             + self.upstreams_lost
             + self.mem_stalls_lost
+            + self.runtime_pauses_lost
             + self.ipi_senders_lost
             + self.sample_records_lost
             + self.stack_collisions
@@ -361,6 +365,10 @@ pub struct RunFile {
     /// waiting for their CPU), by IRQ number, over the run, most first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_irqs: Vec<crate::timeline::irqs::DeviceIrq>,
+    /// Pauses of a managed runtime that stopped a whole target process
+    /// (Go's stopped worlds), in order of their end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtime_pauses: Vec<crate::timeline::pauses::RuntimePause>,
     /// The run's clock (CLOCK_MONOTONIC) against BOOTTIME and wall time,
     /// read at the end of recording (absent in older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -494,6 +502,7 @@ impl RunFile {
             syscall_records_lost: c.kernel.syscall_records_lost,
             upstreams_lost: c.kernel.upstreams_lost,
             mem_stalls_lost: c.kernel.mem_stalls_lost,
+            runtime_pauses_lost: c.kernel.runtime_pauses_lost,
             ipi_senders_lost: c.kernel.ipi_senders_lost,
             sample_records_lost: c.kernel.sample_records_lost,
             stack_collisions: c.kernel.stack_collisions,
@@ -581,6 +590,7 @@ impl RunFile {
             memory_cgroup,
             ipi_senders: c.timeline.ipi_senders().to_vec(),
             device_irqs: c.timeline.device_irqs().to_vec(),
+            runtime_pauses: c.timeline.runtime_pauses().to_vec(),
             clocks: Some(crate::clock::ClockSnapshot::now()),
             runtime_gc: c.runtime_gc,
         }

@@ -10,6 +10,7 @@ pub mod columns;
 pub mod ipis;
 pub mod irqs;
 pub mod memory;
+pub mod pauses;
 pub mod stacks;
 pub mod steal;
 pub mod syscalls;
@@ -388,6 +389,7 @@ pub struct Timeline {
     samples: Vec<stacks::Sample>,
     upstreams: Vec<upstreams::UpstreamExchange>,
     mem_stalls: Vec<memory::MemStall>,
+    runtime_pauses: Vec<pauses::RuntimePause>,
     ipi_senders: Vec<ipis::IpiSender>,
     device_irqs: Vec<irqs::DeviceIrq>,
     max_records: usize,
@@ -409,6 +411,7 @@ impl Timeline {
             samples: Vec::new(),
             upstreams: Vec::new(),
             mem_stalls: Vec::new(),
+            runtime_pauses: Vec::new(),
             ipi_senders: Vec::new(),
             device_irqs: Vec::new(),
             max_records,
@@ -538,6 +541,19 @@ impl Timeline {
         &self.mem_stalls
     }
 
+    pub fn push_runtime_pause(&mut self, pause: pauses::RuntimePause) {
+        Self::capped(
+            &mut self.runtime_pauses,
+            pause,
+            self.max_records,
+            &mut self.records_over_cap,
+        );
+    }
+
+    pub fn runtime_pauses(&self) -> &[pauses::RuntimePause] {
+        &self.runtime_pauses
+    }
+
     /// Who sent cross-CPU calls to the target's CPUs over the run (read at
     /// its end).
     pub fn ipi_senders(&self) -> &[ipis::IpiSender] {
@@ -610,6 +626,7 @@ impl Timeline {
         self.samples.retain(|s| s.ts >= ts);
         self.upstreams.retain(|u| u.read_ns >= ts);
         self.mem_stalls.retain(|m| m.end_ns >= ts);
+        self.runtime_pauses.retain(|p| p.end_ns >= ts);
     }
 
     /// Forgets everything after `ts` (buckets that start after it, records
@@ -627,6 +644,7 @@ impl Timeline {
         self.samples.retain(|s| s.ts <= ts);
         self.upstreams.retain(|u| u.sent_ns <= ts);
         self.mem_stalls.retain(|m| m.start_ns <= ts);
+        self.runtime_pauses.retain(|p| p.start_ns <= ts);
     }
 
     /// An empty timeline with this one's bucket width and record cap.

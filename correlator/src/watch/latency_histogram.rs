@@ -19,10 +19,22 @@ use std::{
     },
 };
 
-/// Lowest bucket bound (10 µs) and the number of finite bounds (×2 each:
-/// up to ~21 s).
+/// Lowest bucket bound (10 µs), the bounds per doubling and the number of
+/// finite bounds (up to ~21 s). Four per doubling (×1.19 each) keep a
+/// quantile interpolated inside a bucket (`histogram_quantile`) within a
+/// few percent of the requests' own: with one per doubling, a p99 of 66 ms
+/// read as anything between 41 and 82 ms.
 const FIRST_BOUND_NS: u64 = 10_000;
-const BOUNDS: usize = 22;
+const PER_DOUBLING: usize = 4;
+const BOUNDS: usize = 22 * PER_DOUBLING;
+
+/// The finite bounds in ns, rounded to whole ns (every fourth one exact:
+/// 10 µs × 2^k).
+static BOUNDS_NS: std::sync::LazyLock<Vec<u64>> = std::sync::LazyLock::new(|| {
+    (0..BOUNDS)
+        .map(|i| (FIRST_BOUND_NS as f64 * 2f64.powf(i as f64 / PER_DOUBLING as f64)).round() as u64)
+        .collect()
+});
 
 /// One exemplar: the slowest spike of a report in a bucket.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,14 +71,12 @@ impl Default for LatencyHistogram {
 
 /// The upper bound of bucket `i` in ns (`None`: +Inf).
 fn bound_ns(i: usize) -> Option<u64> {
-    (i < BOUNDS).then(|| FIRST_BOUND_NS << i)
+    BOUNDS_NS.get(i).copied()
 }
 
 /// The bucket a latency falls in (`le` is inclusive).
 fn bucket_of(ns: u64) -> usize {
-    (0..BOUNDS)
-        .find(|&i| bound_ns(i).is_some_and(|b| ns <= b))
-        .unwrap_or(BOUNDS)
+    BOUNDS_NS.partition_point(|&b| b < ns)
 }
 
 impl LatencyHistogram {
@@ -182,26 +192,42 @@ mod tests {
         let h = LatencyHistogram::default();
         h.observe(3_000_000);
         h.mark("2026-12-05T09-00-00Z", [(3_000_000, 100.0)]);
-        // A later report with two spikes in the same bucket (2.56-5.12 ms)
+        // A later report with two spikes in the same bucket (2.56-3.04 ms)
         // and one in another.
         h.mark(
             "2026-12-05T09-01-00Z",
-            [(2_900_000, 160.0), (4_000_000, 161.5), (15_000_000, 162.0)],
+            [(2_900_000, 160.0), (3_040_000, 161.5), (15_000_000, 162.0)],
         );
         let mut text = String::new();
         h.encode(&mut text, "lat", "help").expect("encode");
-        let line = |le: &str| {
+        let line = |ns: u64| {
+            let le = (bound_ns(bucket_of(ns)).expect("finite") as f64 / 1e9).to_string();
             text.lines()
                 .find(|l| l.starts_with(&format!("lat_bucket{{le=\"{le}\"}}")))
                 .expect("bucket line")
                 .to_string()
         };
         assert_eq!(
-            line("0.00512"),
-            "lat_bucket{le=\"0.00512\"} 1 # {report=\"2026-12-05T09-01-00Z\"} 0.004 161.500"
+            line(3_000_000),
+            "lat_bucket{le=\"0.00304437\"} 1 # {report=\"2026-12-05T09-01-00Z\"} 0.00304 161.500"
         );
-        assert!(line("0.02048").ends_with("# {report=\"2026-12-05T09-01-00Z\"} 0.015 162.000"));
-        assert!(!line("0.00256").contains('#'));
+        assert!(line(15_000_000).ends_with("# {report=\"2026-12-05T09-01-00Z\"} 0.015 162.000"));
+        assert!(!line(2_000_000).contains('#'));
+    }
+
+    #[test]
+    fn four_bounds_per_doubling_and_exact_powers_of_two() {
+        assert_eq!(bound_ns(0), Some(10_000));
+        assert_eq!(bound_ns(4), Some(20_000));
+        assert_eq!(bound_ns(36), Some(5_120_000));
+        assert_eq!(bound_ns(BOUNDS), None);
+        for i in 1..BOUNDS {
+            let (a, b) = (bound_ns(i - 1).expect("a"), bound_ns(i).expect("b"));
+            let ratio = b as f64 / a as f64;
+            assert!((ratio - 2f64.powf(0.25)).abs() < 1e-3, "{a} -> {b}");
+            assert_eq!(bucket_of(b), i);
+            assert_eq!(bucket_of(b + 1), i + 1);
+        }
     }
 
     #[test]

@@ -35,7 +35,7 @@ const REP_WARMUP: Duration = Duration::from_millis(500);
 
 /// The pid in "… name (pid N) …" (the first such, 0 — the idle task —
 /// never).
-fn pid_in(text: &str) -> Option<u32> {
+pub(crate) fn pid_in(text: &str) -> Option<u32> {
     let start = text.find("(pid ")? + 5;
     let digits: String = text[start..]
         .chars()

@@ -115,7 +115,7 @@ fn watch_scenario<T>(server: Server, during: impl FnOnce(u16) -> T) -> (Outcome,
             (p, addr)
         }
     };
-    let _kdamonds = KdamondsOff::server_cpu();
+    let _kdamonds = KdamondsOff::off_the_servers_cpu();
     let watch_for = CLEAN + AFTER + Duration::from_secs(30);
     let _load = external_load(&addr, watch_for.as_secs() + 5);
     let port = free_port();
@@ -172,7 +172,7 @@ fn watch_scenario<T>(server: Server, during: impl FnOnce(u16) -> T) -> (Outcome,
 struct KdamondsOff(Vec<(u32, Vec<usize>)>);
 
 impl KdamondsOff {
-    fn server_cpu() -> Self {
+    fn off_the_servers_cpu() -> Self {
         let mut moved = Vec::new();
         for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
             let Some(pid) = entry

@@ -8,7 +8,12 @@ waits for the collector, which walks the whole graph. It answers in
 microseconds otherwise. Every collection (the periodic ones and any the
 interpreter starts itself) is timed by the interpreter's own gc.callbacks;
 on SIGTERM they go to FACTS as JSON (CLOCK_MONOTONIC ns): the outside
-truth of the case.
+truth of the case. Each collection also carries the serving thread's CPU
+time and run-queue wait over it, by the kernel's own accounting: its CPU
+time (CLOCK_THREAD_CPUTIME_ID, exact for a running thread; it excludes steal
+on a paravirt kernel and, without IRQ time accounting, includes the IRQs
+that hit the thread) and its run-queue wait (/proc/thread-self/schedstat):
+[start, end, generation, cpu_ns, run_delay_ns].
 
 /usr/bin/python3 gc_server.py PORT OBJECTS PERIOD_MS FACTS
 """
@@ -40,12 +45,24 @@ collections = []
 started = {}
 
 
+def schedstat():
+    """The calling thread's (time on the CPU, time waiting on a run queue), ns."""
+    with open("/proc/thread-self/schedstat") as f:
+        delay = int(f.read().split()[1])
+    return time.thread_time_ns(), delay
+
+
 def timed(phase, info):
     now = time.monotonic_ns()
     if phase == "start":
-        started["at"] = now
+        started["cpu"] = schedstat()
+        started["at"] = time.monotonic_ns()
     elif "at" in started:
-        collections.append([started.pop("at"), now, info["generation"]])
+        cpu, delay = schedstat()
+        cpu0, delay0 = started.pop("cpu")
+        collections.append(
+            [started.pop("at"), now, info["generation"], cpu - cpu0, delay - delay0]
+        )
 
 
 gc.callbacks.append(timed)

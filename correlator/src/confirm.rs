@@ -115,6 +115,27 @@ pub(crate) fn movable_device_irq(report: &Report) -> Option<u32> {
         .then_some(top.irq)
 }
 
+/// Whether the memory-stall family that holds most of the tail is the
+/// memory cgroup's doing: reclaim at its limit, memory.high throttling, or
+/// swap-ins (what such reclaim pushed out, read back).
+fn limit_stall(report: &Report) -> bool {
+    use crate::timeline::memory::StallKind;
+    report
+        .families
+        .iter()
+        .find(|f| f.cause == CauseKind::MemoryStall)
+        .and_then(|f| f.detail.as_deref())
+        .is_some_and(|d| {
+            [
+                StallKind::CgroupReclaim,
+                StallKind::MemoryHigh,
+                StallKind::SwapIn,
+            ]
+            .iter()
+            .any(|k| d == k.describe())
+        })
+}
+
 pub(crate) fn knob_for(
     kind: CauseKind,
     report: &Report,
@@ -212,8 +233,20 @@ pub(crate) fn knob_for(
             code("the runtime's collector settings and the server's allocation")
         }
         CauseKind::Syscall => code("the server's own syscalls"),
-        CauseKind::MemoryStall => Plan::NotConfirmable {
-            reason: "no knob for a cgroup's memory limit yet: raise it by hand for a run".into(),
+        // A stall at the cgroup's limit goes away with the limit: lift it
+        // for the treatment (put back after, the kernel then reclaiming to
+        // it again). Other memory stalls have no knob here.
+        CauseKind::MemoryStall => match &report.memory_cgroup {
+            Some(cg) if cg.limited() && limit_stall(report) => Plan::Knob {
+                knob: "memory-limit=max".into(),
+                needs: None,
+            },
+            Some(cg) if cg.limited() => Plan::NotConfirmable {
+                reason: "the stalls are not the memory cgroup's reclaim or throttling".into(),
+            },
+            _ => Plan::NotConfirmable {
+                reason: "the server's memory cgroup has no limit to lift (the machine is short of memory, or the stall is the server's own mapping)".into(),
+            },
         },
         CauseKind::Upstream => Plan::NotConfirmable {
             reason: "the upstream is another server: measure it where it runs".into(),

@@ -120,6 +120,7 @@ pub async fn capture(
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut probes = Probes::attach(&target, cfg)?;
     let started_ns = clock::monotonic_ns();
+    let memory_pressure_from = crate::timeline::memory::PsiReading::of(target.pid, started_ns);
     let mut steal = StealSampler::default();
     steal.sample(started_ns);
     let mut passive = cfg
@@ -342,6 +343,7 @@ pub async fn capture(
         thread_names,
         stacks,
         runtime_gc,
+        memory_pressure_from,
     })
 }
 

@@ -4,7 +4,9 @@
 //! steered to the server's CPU (softirq: confirmed by steering it away),
 //! the server hopping CPUs itself (migrations: confirmed by a cpuset), and
 //! a harmless sleeper offered as a candidate (a decoy: never confirmed),
-//! and a real server (Debian's redis-server) sharing its CPU with the hog.
+//! a real server (Debian's redis-server) sharing its CPU with the hog, and
+//! the demo server writing past its memory cgroup's limit (a memory stall:
+//! confirmed by lifting the limit, which is put back).
 //! Each whole command (run + experiments) ends within 3 minutes. Needs
 //! root + BPF (fails, not skips, with CI=true).
 
@@ -19,7 +21,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::util::{BIN, Proc, demo_server, redis_server, scratch};
+use crate::util::{BIN, Proc, demo_server, memory_limit, redis_server, scratch};
 
 /// Runs the demo server (`scenario`, CPU 1, injector on CPU 0) under
 /// [`confirm_against`].
@@ -277,5 +279,28 @@ live_test! {
         let c = confirmation(&report, "preemption");
         assert_eq!(c["plan"]["knob"], format!("stop={hog_pid}"), "the hog is named: {c}");
         assert!(stopped, "the treatment arm stopped the hog");
+    }
+}
+
+live_test! {
+    /// The demo's memory-limit scenario by hand: the demo server writes
+    /// 32 MiB of page cache at random times in a memory cgroup limited to
+    /// 8 MiB, so its requests wait for the cgroup's reclaim. `run
+    /// --confirm` must plan `memory-limit=max`, confirm it (the stall goes
+    /// with the limit), and leave the limit as it found it.
+    full fn a_memory_stall_at_a_cgroup_limit_is_confirmed_by_lifting_it() {
+        let dir = scratch("confirm-memory-limit");
+        let (server, addr) = demo_server(&[
+            "--scenario", "memory-limit", "--cpu", "1", "--injector-cpu", "0", "--every", "500ms",
+        ]);
+        let limit = memory_limit("correlator-confirm-memory", 8 << 20);
+        limit.add(server.0.id()).expect("into the cgroup");
+        let file = limit.dir.join(if limit.version == "v1" { "memory.limit_in_bytes" } else { "memory.max" });
+        let before = std::fs::read_to_string(&file).expect("limit");
+        let (report, _, _, took) =
+            confirm_against(server.0.id(), &format!("tcp://{addr}"), false, &["--confirm", "1"], &dir);
+        assert_confirmed(&report, "memory_stall", "memory-limit=max", took);
+        assert_eq!(std::fs::read_to_string(&file).expect("limit"), before, "the limit was not put back");
+        drop(server);
     }
 }

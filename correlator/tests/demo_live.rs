@@ -7,7 +7,7 @@ use std::process::Command;
 use crate::util::{BIN, scratch};
 use serde_json::Value;
 
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "none",
     "periodic",
     "load",
@@ -17,6 +17,7 @@ const SCENARIOS: [&str; 9] = [
     "migrations",
     "blocking",
     "softirq",
+    "memory-limit",
 ];
 
 live_test! {
@@ -29,7 +30,7 @@ live_test! {
         let rps_before = std::fs::read_to_string(rps).expect("rps_cpus");
         let mut wrong = Vec::new();
         for s in SCENARIOS {
-            // Nine scenarios take six minutes: each starts on a quiet host.
+            // Ten scenarios take six minutes: each starts on a quiet host.
             crate::host::await_quiet(s);
             let json = dir.join(format!("{s}.outcome.json"));
             let out = Command::new(BIN)
@@ -78,5 +79,25 @@ live_test! {
             rps_before,
             "the softirq scenario left RPS changed"
         );
+        // The memory-limit scenario's stall is named as its cgroup's
+        // reclaim, beside the cgroup's limit; the cgroup is gone after.
+        let memory: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("memory-limit.json")).expect("memory-limit report"),
+        )
+        .expect("json");
+        let first = &memory["classification"]["causes"][0];
+        let evidence = first["evidence"].as_str().unwrap_or_default();
+        eprintln!("memory-limit: {evidence}");
+        for want in ["reclaim in its memory cgroup", "/correlator-demo-", "memory pressure (PSI"] {
+            assert!(evidence.contains(want), "the memory-limit cause does not say {want:?}: {first:#}");
+        }
+        let left: Vec<String> = ["/sys/fs/cgroup/memory", "/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+            .iter()
+            .filter_map(|root| std::fs::read_dir(root).ok())
+            .flat_map(|d| d.filter_map(Result::ok))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("correlator-demo-"))
+            .collect();
+        assert!(left.is_empty(), "the memory-limit scenario left its cgroup: {left:?}");
     }
 }

@@ -20,7 +20,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::util::{
-    MemoryLimit, SwapFile, helper_server, redis_server, run_report, scratch, succeed,
+    SwapFile, helper_server, memory_limit, redis_server, run_report, scratch, succeed,
     top_server_cause,
 };
 
@@ -92,15 +92,6 @@ fn populate(port: u16, keys: u32, size: u32) {
     assert_eq!(String::from_utf8_lossy(&out).trim(), "OK");
 }
 
-/// A `memory.stat` field of the cgroup (v1 and v2 both have these).
-fn memory_stat(limit: &MemoryLimit, field: &str) -> u64 {
-    std::fs::read_to_string(limit.dir.join("memory.stat"))
-        .expect("memory.stat")
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
-}
-
 const KEYS: u32 = 2_000;
 const VALUE: u32 = 100_000;
 
@@ -129,14 +120,14 @@ live_test! {
             &["--enable-debug-command", "local"],
         ) else { return };
         let _swap = SwapFile::on(512);
-        let limit = MemoryLimit::new("correlator-redis-limit", 96 << 20);
-        limit.add(server.0.id());
+        let limit = memory_limit("correlator-redis-limit", 96 << 20);
+        limit.add(server.0.id()).expect("into the cgroup");
         populate(port, KEYS, VALUE);
         let dir = scratch("memory-redis-limit");
-        let majors_before = memory_stat(&limit, "pgmajfault");
+        let majors_before = limit.stat("pgmajfault");
         let report = redis_run(server.0.id(), port, &dir);
-        let swapped = memory_stat(&limit, "swap");
-        let majors = memory_stat(&limit, "pgmajfault") - majors_before;
+        let swapped = limit.stat("swap");
+        let majors = limit.stat("pgmajfault") - majors_before;
         drop(server);
         eprintln!(
             "cgroup {} ({}): {} MiB in swap, {majors} major faults in the run",
@@ -198,7 +189,7 @@ live_test! {
     /// two standard errors of the sampled split of its time on the CPU.
     fn an_anonymous_page_read_back_from_swap_is_a_swap_in() {
         let _swap = SwapFile::on(512);
-        let limit = MemoryLimit::new("correlator-swap-in", 8 << 20);
+        let limit = memory_limit("correlator-swap-in", 8 << 20);
         let dir = scratch("memory-swap-in");
         let events = dir.join("events.jsonl");
         let (server, addr) = helper_server(
@@ -206,11 +197,11 @@ live_test! {
             &["--path", "swap-in", "--every", "500ms", "--mib", "12", "--start-after", "1s",
               "--events", events.to_str().expect("path")],
         );
-        limit.add(server.0.id());
+        limit.add(server.0.id()).expect("into the cgroup");
         server.pin_all("1");
-        let majors_before = memory_stat(&limit, "pgmajfault");
+        let majors_before = limit.stat("pgmajfault");
         let report = run_report(server.0.id(), &format!("tcp://{addr}"), 1000, "10s", &dir, &[]);
-        let majors = memory_stat(&limit, "pgmajfault") - majors_before;
+        let majors = limit.stat("pgmajfault") - majors_before;
         drop(server);
         let bursts: Vec<(u64, u64)> = std::fs::read_to_string(&events)
             .expect("events")

@@ -523,62 +523,11 @@ impl Drop for SwapFile {
     }
 }
 
-/// A memory cgroup with a hard limit, for a test: on cgroup v1 (this
-/// machine) `memory.limit_in_bytes` under the memory hierarchy, on v2
-/// `memory.max` under the unified one. Its processes go back to the root
-/// and it is removed on drop.
-pub struct MemoryLimit {
-    pub dir: PathBuf,
-    /// `v1` or `v2`: which interface set the limit.
-    pub version: &'static str,
-    procs_root: PathBuf,
-}
-
-impl MemoryLimit {
-    pub fn new(name: &str, bytes: u64) -> Self {
-        let v1 = PathBuf::from("/sys/fs/cgroup/memory");
-        let (root, version, file) = if v1.join("memory.limit_in_bytes").exists() {
-            (v1, "v1", "memory.limit_in_bytes")
-        } else {
-            let root = correlator::target::cgroup2_mount().expect("no memory cgroup hierarchy");
-            let controllers = std::fs::read_to_string(root.join("cgroup.controllers"))
-                .expect("cgroup.controllers");
-            assert!(
-                controllers.split_whitespace().any(|c| c == "memory"),
-                "the cgroup v2 hierarchy at {} has no memory controller",
-                root.display()
-            );
-            std::fs::write(root.join("cgroup.subtree_control"), "+memory")
-                .expect("enable the memory controller");
-            (root, "v2", "memory.max")
-        };
-        let dir = root.join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::create_dir(&dir);
-        std::fs::write(dir.join(file), bytes.to_string()).expect("set the memory limit");
-        Self {
-            dir,
-            version,
-            procs_root: root.join("cgroup.procs"),
-        }
-    }
-
-    pub fn add(&self, pid: u32) {
-        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).expect("join the cgroup");
-    }
-}
-
-impl Drop for MemoryLimit {
-    fn drop(&mut self) {
-        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs.lines() {
-            let _ = std::fs::write(&self.procs_root, pid);
-        }
-        // A cgroup whose last process just exited can stay busy briefly.
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// A memory cgroup with a hard limit, for a test (see
+/// `correlator::memory::LimitedCgroup`: v1's `memory.limit_in_bytes` on
+/// this machine, v2's `memory.max` elsewhere), named for the test's pid;
+/// removed on drop.
+pub fn memory_limit(name: &str, bytes: u64) -> correlator::memory::LimitedCgroup {
+    correlator::memory::LimitedCgroup::new(&format!("{name}-{}", std::process::id()), bytes)
+        .expect("a memory cgroup with a limit")
 }

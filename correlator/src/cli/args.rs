@@ -597,7 +597,7 @@ pub struct ConvertArgs {
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
     /// One scenario (none, periodic, load, page-faults, major-faults,
-    /// preemption, migrations, blocking, softirq), or all.
+    /// preemption, migrations, blocking, softirq, memory-limit), or all.
     #[arg(long, default_value = "all")]
     pub scenario: String,
     /// Where reports go.

@@ -31,11 +31,16 @@ pub enum Scenario {
     /// At random times a burst of loopback traffic whose receive work
     /// (NET_RX softirq) is steered to the server's CPU.
     Softirq,
+    /// At random times the request path writes more page cache than its
+    /// memory cgroup's limit leaves room for (the suite puts the server
+    /// in a cgroup limited below it): the cgroup reclaims, waiting for
+    /// the writeback of the server's own dirty pages.
+    MemoryLimit,
 }
 
 impl Scenario {
     /// Every scenario, in the order the suite runs them (`--scenario all`).
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::None,
         Scenario::Periodic,
         Scenario::Load,
@@ -45,6 +50,7 @@ impl Scenario {
         Scenario::Migrations,
         Scenario::Blocking,
         Scenario::Softirq,
+        Scenario::MemoryLimit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +64,7 @@ impl Scenario {
             Scenario::Migrations => "migrations",
             Scenario::Blocking => "blocking",
             Scenario::Softirq => "softirq",
+            Scenario::MemoryLimit => "memory-limit",
         }
     }
 
@@ -73,6 +80,7 @@ impl Scenario {
             Scenario::Migrations => ("sporadic", Some(CauseKind::Migrations)),
             Scenario::Blocking => ("sporadic", Some(CauseKind::Blocking)),
             Scenario::Softirq => ("sporadic", Some(CauseKind::Softirq)),
+            Scenario::MemoryLimit => ("sporadic", Some(CauseKind::MemoryStall)),
         }
     }
 }

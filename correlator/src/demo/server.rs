@@ -107,6 +107,13 @@ impl EventLog {
 const BURST_DATAGRAMS: usize = 400;
 /// Sockets the bursts are delivered to.
 const BROADCAST_SINKS: usize = 256;
+/// Page cache the memory-limit scenario's request path writes per event,
+/// MiB: four times the suite's cgroup limit
+/// (`demo::suite::DEMO_MEMORY_LIMIT`), so most of it must be reclaimed,
+/// and so written back, while the request waits. Measured beforehand on
+/// this VM (a v1 cgroup, 64 MiB written under a 16 MiB limit): 30-50 ms
+/// per burst, 70% of it in the cgroup's reclaim.
+pub const WRITE_BURST_MIB: usize = 32;
 
 /// Loopback broadcast: datagrams to 127.255.255.255:port reach every socket
 /// bound to that address and port, so the receive work (in NET_RX softirq)
@@ -157,6 +164,7 @@ struct Pending {
     refault: AtomicBool,
     reread: AtomicBool,
     hop: AtomicBool,
+    write: AtomicBool,
 }
 
 /// Memory, files and sockets the scenarios work on.
@@ -169,6 +177,9 @@ struct Injected {
     file: Option<(std::fs::File, Region, PathBuf)>,
     /// Loopback traffic (softirq).
     broadcast: Option<Broadcast>,
+    /// The file the request path writes (memory-limit), and a chunk of
+    /// what it writes.
+    scratch: Option<(std::fs::File, Vec<u8>)>,
     cpu: usize,
     other_cpu: usize,
 }
@@ -181,6 +192,7 @@ impl Injected {
             working_set: None,
             file: None,
             broadcast: None,
+            scratch: None,
             cpu: args.cpu,
             other_cpu: args.injector_cpu,
         };
@@ -193,6 +205,10 @@ impl Injected {
             Scenario::MajorFaults => me.file = Some(mapped_file(&args.file_dir)?),
             Scenario::Softirq => {
                 me.broadcast = Some(Broadcast::new().context("cannot set up loopback broadcast")?)
+            }
+            Scenario::MemoryLimit => {
+                let (file, _) = crate::memory::disk_file(&args.file_dir, "demo-writes", 0, 0)?;
+                me.scratch = Some((file, vec![0x5a; 1 << 20]));
             }
             _ => {}
         }
@@ -211,6 +227,11 @@ impl Injected {
             && let Some((_, region, _)) = &self.file
         {
             std::hint::black_box(region.touch(false));
+        }
+        if p.write.swap(false, Ordering::Relaxed)
+            && let Some((file, chunk)) = &self.scratch
+        {
+            write_burst(file, chunk);
         }
         if p.hop.swap(false, Ordering::Relaxed) {
             for i in 0..1_000 {
@@ -260,6 +281,7 @@ impl Injected {
                     p.reread.store(true, Ordering::Relaxed);
                 }
                 Scenario::Migrations => p.hop.store(true, Ordering::Relaxed),
+                Scenario::MemoryLimit => p.write.store(true, Ordering::Relaxed),
                 Scenario::Softirq => self.burst(),
                 Scenario::Blocking => {
                     let _held = lock
@@ -291,6 +313,23 @@ fn mapped_file(dir: &std::path::Path) -> Result<(std::fs::File, Region, PathBuf)
         Region::file(&file, len).with_context(|| format!("cannot map {}", path.display()))?;
     region.touch(false);
     Ok((file, region, path))
+}
+
+/// The memory-limit scenario's burst: the file emptied (its pages, dirty
+/// or not, dropped with no writeback), then `WRITE_BURST_MIB` written
+/// through the page cache. Every page is new, so charged to the server's
+/// memory cgroup now; past the limit the cgroup reclaims its own pages,
+/// the oldest of this burst, dirty, and waits for their writeback.
+fn write_burst(file: &std::fs::File, chunk: &[u8]) {
+    use std::os::unix::fs::FileExt as _;
+    if file.set_len(0).is_err() {
+        return;
+    }
+    for i in 0..WRITE_BURST_MIB {
+        if file.write_all_at(chunk, (i * chunk.len()) as u64).is_err() {
+            return;
+        }
+    }
 }
 
 /// A GC-like sweep: map fresh memory, touch every page (one minor fault

@@ -28,6 +28,10 @@ use crate::{
     run::{self, Outputs, RunOptions},
 };
 
+/// The memory-limit scenario's cgroup limit: a quarter of what a burst
+/// writes (`server::WRITE_BURST_MIB`).
+pub const DEMO_MEMORY_LIMIT: u64 = 8 << 20;
+
 /// The serving CPU and the one everything else uses.
 const SERVER_CPU: usize = 1;
 const OTHER_CPU: usize = 0;
@@ -83,6 +87,7 @@ fn injected(s: Scenario) -> &'static str {
         Scenario::Migrations => "bursts of CPU hops",
         Scenario::Blocking => "lock held 10-20 ms by another thread",
         Scenario::Softirq => "UDP bursts, receive work on server CPU",
+        Scenario::MemoryLimit => "32 MiB written, cgroup limit 8 MiB",
     }
 }
 
@@ -249,6 +254,19 @@ fn attempt(exe: &PathBuf, s: Scenario, opts: &SuiteOptions) -> Result<Outcome> {
         None
     };
     let (server, addr) = spawn_server(exe, s)?;
+    // The server's memory cgroup, limited below what its bursts write;
+    // dropped before the server is (it is declared after it): the server
+    // goes back to the root cgroup and the cgroup is removed.
+    let _limit = if s == Scenario::MemoryLimit {
+        let cgroup = crate::memory::LimitedCgroup::new(
+            &format!("correlator-demo-{}", server.0.id()),
+            DEMO_MEMORY_LIMIT,
+        )?;
+        cgroup.add(server.0.id())?;
+        Some(cgroup)
+    } else {
+        None
+    };
     let _hog = if s == Scenario::Preemption {
         Some(Proc(
             Command::new(exe)

@@ -32,19 +32,67 @@ pub enum Knob {
     /// these CPUs: unlike `pin`, the thread's own sched_setaffinity cannot
     /// leave it, so even migrations the server causes itself stop.
     Cpuset(Vec<usize>),
+    /// The target's memory cgroup limit raised for the treatment (v1
+    /// `memory.limit_in_bytes`, with `memory.memsw.limit_in_bytes` when it
+    /// is lower; v2 `memory.high` and `memory.max`).
+    MemoryLimit(MemoryLimit),
     /// correlator's own probes detached for the treatment (attached for the baseline).
     ProbesOff,
     /// A pair of user commands.
     Command { apply: String, revert: String },
 }
 
+/// What a memory limit is raised to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryLimit {
+    /// No limit.
+    Unlimited,
+    /// This many bytes.
+    Bytes(u64),
+    /// This many times the current limit.
+    Times(u32),
+}
+
+impl MemoryLimit {
+    fn parse(v: &str) -> Option<Self> {
+        if v == "max" {
+            return Some(Self::Unlimited);
+        }
+        if let Some(n) = v.strip_suffix('x') {
+            return n.parse().ok().filter(|&n| n >= 1).map(Self::Times);
+        }
+        let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+        let shift = match unit {
+            "" => 0,
+            "K" | "k" => 10,
+            "M" | "m" => 20,
+            "G" | "g" => 30,
+            _ => return None,
+        };
+        let n: u64 = digits.parse().ok()?;
+        n.checked_mul(1 << shift)
+            .filter(|&b| b > 0)
+            .map(Self::Bytes)
+    }
+
+    /// The new limit given the current one (None: no limit).
+    fn from(self, current: Option<u64>) -> Option<u64> {
+        match (self, current) {
+            (Self::Unlimited, _) | (Self::Times(_), None) => None,
+            (Self::Bytes(b), _) => Some(b),
+            (Self::Times(n), Some(c)) => Some(c.saturating_mul(u64::from(n))),
+        }
+    }
+}
+
 impl Knob {
     /// Parses `thp=never`, `pin=0-1`, `irq-affinity=24:1`, `rps=eth0:0-1`,
-    /// `stop=PID`, `probes=off`.
+    /// `stop=PID`, `probes=off`, `memory-limit=512M` (or `max`, or `2x` the
+    /// current limit).
     pub fn parse(s: &str) -> Result<Self> {
         let (k, v) = s.split_once('=').with_context(|| {
             format!(
-                "knob {s:?}: expected NAME=VALUE (thp=, pin=, irq-affinity=, rps=, stop=, probes=off)"
+                "knob {s:?}: expected NAME=VALUE (thp=, pin=, cpuset=, irq-affinity=, rps=, stop=, memory-limit=, probes=off)"
             )
         })?;
         Ok(match k {
@@ -90,10 +138,13 @@ impl Knob {
                 v.parse()
                     .with_context(|| format!("knob stop={v}: expected a PID"))?,
             ),
+            "memory-limit" => Knob::MemoryLimit(MemoryLimit::parse(v).with_context(|| {
+                format!("knob memory-limit={v}: expected a size like 512M or 2G, max, or a multiple of the current limit like 2x")
+            })?),
             "probes" if v == "off" => Knob::ProbesOff,
             other => {
                 bail!(
-                    "unknown knob {other:?}: one of thp, pin, cpuset, irq-affinity, rps, stop, probes"
+                    "unknown knob {other:?}: one of thp, pin, cpuset, irq-affinity, rps, stop, memory-limit, probes"
                 )
             }
         })
@@ -118,6 +169,15 @@ impl Knob {
             Knob::Rps { dev, cpus } => format!("{dev} receive work steered to CPUs {cpus:?}"),
             Knob::Stop(pid) => format!("PID {pid} stopped"),
             Knob::Cpuset(c) => format!("server confined to a cpuset of CPUs {c:?}"),
+            Knob::MemoryLimit(MemoryLimit::Unlimited) => {
+                "the server's memory cgroup unlimited".into()
+            }
+            Knob::MemoryLimit(MemoryLimit::Bytes(b)) => {
+                format!("the server's memory cgroup limited to {} MiB", b >> 20)
+            }
+            Knob::MemoryLimit(MemoryLimit::Times(n)) => {
+                format!("the server's memory cgroup limit raised {n}x")
+            }
             Knob::ProbesOff => "correlator's probes detached".into(),
             Knob::Command { apply, .. } => format!("`{apply}`"),
         }
@@ -153,10 +213,53 @@ pub enum Saved {
         dir: String,
         threads: Vec<(u32, String, Vec<usize>)>,
     },
+    /// The limit files written, in the order they were changed, with
+    /// what each held (restored in reverse order: v1 refuses a memsw limit
+    /// below the memory limit).
+    MemoryLimit {
+        files: Vec<(String, String)>,
+    },
     Command {
         revert: String,
     },
     Nothing,
+}
+
+/// The limit files of the target's memory cgroup to change, in the order
+/// to raise them, with their values now. v1: the memory+swap limit before
+/// the memory limit (it must stay at least as high), when it exists; v2:
+/// memory.max before memory.high (high above max has no meaning).
+fn memory_limit_files(target: &Target) -> Result<Vec<(String, String)>> {
+    let (dir, path, version) = crate::timeline::memory::MemoryCgroup::locate(target.pid)
+        .with_context(|| format!("no memory cgroup found for PID {}", target.pid))?;
+    if path == "/" {
+        bail!(
+            "PID {} is in the root memory cgroup, which has no limit to raise",
+            target.pid
+        );
+    }
+    let names: &[&str] = if version == "v1" {
+        &["memory.memsw.limit_in_bytes", "memory.limit_in_bytes"]
+    } else {
+        &["memory.max", "memory.high"]
+    };
+    let mut files = Vec::new();
+    for name in names {
+        let file = dir.join(name);
+        if let Ok(v) = fs::read_to_string(&file) {
+            files.push((file.display().to_string(), v.trim().to_string()));
+        }
+    }
+    if files.is_empty() {
+        bail!("{} has no memory limit files", dir.display());
+    }
+    Ok(files)
+}
+
+/// A limit file's value as a number of bytes (None: no limit; v1 writes
+/// "no limit" as the largest page-aligned number, v2 as `max`).
+fn limit_value(text: &str) -> Option<u64> {
+    text.parse().ok().filter(|&v: &u64| v < 1 << 62)
 }
 
 fn thp_mode() -> Result<String> {
@@ -300,6 +403,9 @@ pub fn prepare(knob: &Knob, target: &Target) -> Result<Saved> {
                 threads,
             }
         }
+        Knob::MemoryLimit(_) => Saved::MemoryLimit {
+            files: memory_limit_files(target)?,
+        },
         Knob::ProbesOff => Saved::Nothing,
         Knob::Command { revert, .. } => Saved::Command {
             revert: revert.clone(),
@@ -349,6 +455,32 @@ pub fn change(knob: &Knob, saved: &Saved) -> Result<()> {
                 .with_context(|| format!("cannot set {dir}/cpuset.cpus"))?;
             for (tid, _, _) in threads {
                 move_to_cpuset(dir, *tid)?;
+            }
+        }
+        (Knob::MemoryLimit(to), Saved::MemoryLimit { files }) => {
+            // The limit in force now: the lowest of them (v2's high or
+            // max; v1's memory limit), the memsw limit aside.
+            let current = files
+                .iter()
+                .filter(|(f, _)| !f.ends_with("memsw.limit_in_bytes"))
+                .filter_map(|(_, v)| limit_value(v))
+                .min();
+            let new = to.from(current);
+            for (file, previous) in files {
+                // A v1 memsw limit is raised only as far as needed, and
+                // never lowered; an unset one stays unset.
+                if file.ends_with("memsw.limit_in_bytes")
+                    && limit_value(previous).is_none_or(|p| new.is_some_and(|n| p >= n))
+                {
+                    continue;
+                }
+                let text = match (new, file.contains("limit_in_bytes")) {
+                    (Some(n), _) => n.to_string(),
+                    (None, true) => "-1".into(),
+                    (None, false) => "max".into(),
+                };
+                fs::write(file, &text)
+                    .with_context(|| format!("cannot write {text} to {file} (needs root)"))?;
             }
         }
         (Knob::ProbesOff, _) => {}
@@ -434,6 +566,23 @@ pub fn restore(saved: &Saved) -> Result<()> {
             }
             Ok(())
         }
+        Saved::MemoryLimit { files } => {
+            // In reverse: the memory limit goes down (the kernel reclaims
+            // to it) before a memsw limit may follow it down.
+            for (file, previous) in files.iter().rev() {
+                if Path::new(file).exists() {
+                    let text = if file.contains("limit_in_bytes") && limit_value(previous).is_none()
+                    {
+                        "-1"
+                    } else {
+                        previous.as_str()
+                    };
+                    fs::write(file, text)
+                        .map_err(|e| manual(format!("echo {previous} > {file}"), e.into()))?;
+                }
+            }
+            Ok(())
+        }
         Saved::Command { revert } => shell(revert).map_err(|e| manual(revert.clone(), e)),
         Saved::Nothing => Ok(()),
     }
@@ -471,6 +620,18 @@ mod tests {
         );
         assert_eq!(Knob::parse("probes=off").expect("probes"), Knob::ProbesOff);
         assert_eq!(
+            Knob::parse("memory-limit=512M").expect("memory-limit"),
+            Knob::MemoryLimit(MemoryLimit::Bytes(512 << 20))
+        );
+        assert_eq!(
+            Knob::parse("memory-limit=max").expect("memory-limit"),
+            Knob::MemoryLimit(MemoryLimit::Unlimited)
+        );
+        assert_eq!(
+            Knob::parse("memory-limit=2x").expect("memory-limit"),
+            Knob::MemoryLimit(MemoryLimit::Times(2))
+        );
+        assert_eq!(
             Knob::parse("irq-affinity=24:1").expect("irq"),
             Knob::IrqAffinity {
                 irq: 24,
@@ -487,9 +648,25 @@ mod tests {
             "nice=5",
             "probes=on",
             "thp",
+            "memory-limit=",
+            "memory-limit=0",
+            "memory-limit=0x",
+            "memory-limit=12T",
+            "memory-limit=-1",
         ] {
             assert!(Knob::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn memory_limits_are_raised_from_the_current_one() {
+        assert_eq!(MemoryLimit::Times(2).from(Some(96 << 20)), Some(192 << 20));
+        assert_eq!(MemoryLimit::Times(2).from(None), None);
+        assert_eq!(MemoryLimit::Unlimited.from(Some(1)), None);
+        assert_eq!(MemoryLimit::Bytes(5).from(None), Some(5));
+        assert_eq!(limit_value("9223372036854771712"), None);
+        assert_eq!(limit_value("max"), None);
+        assert_eq!(limit_value("100663296"), Some(96 << 20));
     }
 
     #[test]

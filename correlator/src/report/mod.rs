@@ -140,6 +140,10 @@ pub struct Report {
     /// number, over the run, most time first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_irqs: Vec<crate::timeline::irqs::DeviceIrq>,
+    /// The target's memory cgroup, its limits and memory pressure, read at
+    /// the end of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_cgroup: Option<crate::timeline::memory::MemoryCgroup>,
     /// Episode families, by impact on the chosen percentile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub families: Vec<crate::analysis::families::Family>,
@@ -327,6 +331,7 @@ impl Report {
             upstreams: analysis::upstreams::summarize(&run.upstreams, &episodes),
             ipi_senders: run.ipi_senders.clone(),
             device_irqs: run.device_irqs.clone(),
+            memory_cgroup: run.memory_cgroup.clone(),
             latency: latency_report,
             events: run.totals.clone(),
             losses: run.losses.clone(),

@@ -480,13 +480,21 @@ pub struct Capture {
     pub runtime_gc: Option<crate::probes::RuntimeGcRun>,
     /// Symbolized stacks (empty without `--stacks`).
     pub stacks: StackTable,
+    /// The memory pressure totals at attach (None: no PSI, or not read).
+    pub memory_pressure_from: Option<crate::timeline::memory::PsiReading>,
 }
 
 impl RunFile {
     /// Builds the run file; totals are the kernel's (never reset) totals,
     /// and any shortfall of the drained buckets against them is a loss.
     pub fn from_capture(c: Capture) -> Self {
-        let memory_cgroup = crate::timeline::memory::MemoryCgroup::of(c.target.pid);
+        let mut memory_cgroup = crate::timeline::memory::MemoryCgroup::of(c.target.pid);
+        if let Some(cg) = &mut memory_cgroup {
+            cg.pressure = c
+                .memory_pressure_from
+                .as_ref()
+                .and_then(|r| r.since(crate::clock::monotonic_ns()));
+        }
         let drained = c.timeline.sum();
         let k = &c.kernel.counters;
         let undrained: u64 = EVENT_COUNTERS

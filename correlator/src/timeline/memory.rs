@@ -118,11 +118,125 @@ pub struct MemoryCgroup {
     pub high_events: u64,
     #[serde(default)]
     pub max_events: u64,
+    /// Memory pressure over the run (PSI), when the kernel keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<MemoryPressure>,
+}
+
+/// Memory pressure (the kernel's pressure stall information) over a run:
+/// how much of its wall time some, or all, of the non-idle tasks in scope
+/// were stalled on memory (reclaim, refaults, swap-in, throttling). It is
+/// the kernel's own total, read at attach and at the end, so it holds
+/// every task in scope, not only the target, and covers the whole run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryPressure {
+    /// `cgroup` (v2's `memory.pressure` of the target's cgroup) or
+    /// `machine` (`/proc/pressure/memory`: v1 keeps none per cgroup).
+    pub scope: String,
+    /// Time some tasks in scope were stalled on memory.
+    pub some_ns: u64,
+    /// Time all non-idle tasks in scope were stalled at once.
+    pub full_ns: u64,
+    /// The wall time it was read over.
+    pub over_ns: u64,
+}
+
+impl MemoryPressure {
+    pub fn describe(&self) -> String {
+        let pct = |v: u64| 100.0 * v as f64 / self.over_ns.max(1) as f64;
+        let scope = if self.scope == "cgroup" {
+            "its cgroup's"
+        } else {
+            "the machine's (cgroup v1 keeps none per cgroup)"
+        };
+        format!(
+            "memory pressure (PSI, {scope}): some {:.1}%, full {:.1}% of the run's {:.1} s",
+            pct(self.some_ns),
+            pct(self.full_ns),
+            self.over_ns as f64 / 1e9
+        )
+    }
+}
+
+/// The PSI memory totals of the target's scope, read when the run starts,
+/// to be differenced at its end ([`PsiReading::since`]).
+#[derive(Clone, Debug)]
+pub struct PsiReading {
+    path: PathBuf,
+    scope: &'static str,
+    some_us: u64,
+    full_us: u64,
+    at_ns: u64,
+}
+
+impl PsiReading {
+    /// The memory pressure file for `pid` now: its v2 cgroup's
+    /// `memory.pressure`, or the machine's. None when the kernel keeps no
+    /// PSI (built without it, or booted with psi=0).
+    pub fn of(pid: u32, now_ns: u64) -> Option<Self> {
+        // A v2 memory cgroup's own file; on v1 (or a hybrid machine whose
+        // memory controller is v1) the v2 hierarchy's pressure is not the
+        // memory cgroup's, so the machine's is read.
+        let cgroup = MemoryCgroup::locate(pid)
+            .filter(|(_, path, version)| *version == "v2" && path != "/")
+            .map(|(dir, ..)| dir.join("memory.pressure"))
+            .filter(|f| f.exists());
+        let (path, scope) = match cgroup {
+            Some(f) => (f, "cgroup"),
+            None => (PathBuf::from("/proc/pressure/memory"), "machine"),
+        };
+        let (some_us, full_us) = read_psi(&path)?;
+        Some(Self {
+            path,
+            scope,
+            some_us,
+            full_us,
+            at_ns: now_ns,
+        })
+    }
+
+    /// The pressure between this reading and now.
+    pub fn since(&self, now_ns: u64) -> Option<MemoryPressure> {
+        let (some, full) = read_psi(&self.path)?;
+        Some(MemoryPressure {
+            scope: self.scope.into(),
+            some_ns: some.saturating_sub(self.some_us) * 1000,
+            full_ns: full.saturating_sub(self.full_us) * 1000,
+            over_ns: now_ns.saturating_sub(self.at_ns),
+        })
+    }
+}
+
+/// The `total=` (µs) of the `some` and `full` lines of a PSI file.
+fn read_psi(path: &Path) -> Option<(u64, u64)> {
+    parse_psi(&std::fs::read_to_string(path).ok()?)
+}
+
+fn parse_psi(text: &str) -> Option<(u64, u64)> {
+    let total = |kind: &str| {
+        text.lines()
+            .find(|l| l.starts_with(kind))?
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("total="))?
+            .parse()
+            .ok()
+    };
+    Some((total("some ")?, total("full ").unwrap_or(0)))
 }
 
 impl MemoryCgroup {
-    /// The memory cgroup of `pid` (v2 first, then a v1 memory hierarchy).
+    /// The memory cgroup of `pid` (a v1 memory hierarchy first, then v2).
     pub fn of(pid: u32) -> Option<Self> {
+        let (dir, path, version) = Self::locate(pid)?;
+        match version {
+            "v1" => Self::read_v1(&dir, path),
+            _ => Self::read_v2(&dir, path),
+        }
+    }
+
+    /// Where the memory cgroup of `pid` is: its directory, its path in
+    /// the hierarchy, and `v1` or `v2`.
+    pub fn locate(pid: u32) -> Option<(PathBuf, String, &'static str)> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         let v1 = text.lines().find_map(|l| {
             let mut f = l.splitn(3, ':');
@@ -134,14 +248,14 @@ impl MemoryCgroup {
         });
         if let Some(path) = v1 {
             let dir = PathBuf::from("/sys/fs/cgroup/memory").join(path.trim_start_matches('/'));
-            return Self::read_v1(&dir, path);
+            return Some((dir, path, "v1"));
         }
         let path = text
             .lines()
             .find_map(|l| l.strip_prefix("0::"))?
             .to_string();
         let dir = crate::target::cgroup2_mount()?.join(path.trim_start_matches('/'));
-        Self::read_v2(&dir, path)
+        Some((dir, path, "v2"))
     }
 
     fn read_v2(dir: &Path, path: String) -> Option<Self> {
@@ -161,6 +275,7 @@ impl MemoryCgroup {
             usage,
             high_events: event("high "),
             max_events: event("max "),
+            pressure: None,
         })
     }
 
@@ -175,7 +290,13 @@ impl MemoryCgroup {
             usage: number(&dir.join("memory.usage_in_bytes"))?,
             high_events: 0,
             max_events: number(&dir.join("memory.failcnt")).unwrap_or(0),
+            pressure: None,
         })
+    }
+
+    /// Whether a limit (memory.high, memory.max, v1's limit_in_bytes) is set.
+    pub fn limited(&self) -> bool {
+        self.high.is_some() || self.max.is_some()
     }
 
     /// One line: the limits and the usage.
@@ -200,7 +321,15 @@ impl MemoryCgroup {
                 self.max_events + self.high_events
             ));
         }
-        format!("memory cgroup {} ({})", self.path, parts.join(", "))
+        let pressure = self
+            .pressure
+            .as_ref()
+            .map_or(String::new(), |p| format!("; {}", p.describe()));
+        format!(
+            "memory cgroup {} ({}){pressure}",
+            self.path,
+            parts.join(", ")
+        )
     }
 }
 
@@ -220,6 +349,25 @@ mod tests {
             start_ns,
             end_ns,
         }
+    }
+
+    #[test]
+    fn psi_totals_are_read_from_both_lines() {
+        let text = "some avg10=0.00 avg60=0.00 avg300=0.00 total=3059329\nfull avg10=1.50 avg60=0.00 avg300=0.00 total=3008163\n";
+        assert_eq!(parse_psi(text), Some((3_059_329, 3_008_163)));
+        // The CPU file has no `full` line on older kernels.
+        assert_eq!(parse_psi("some avg10=0.00 total=12\n"), Some((12, 0)));
+        assert_eq!(parse_psi("garbage"), None);
+        let p = MemoryPressure {
+            scope: "machine".into(),
+            some_ns: 1_500_000_000,
+            full_ns: 500_000_000,
+            over_ns: 10_000_000_000,
+        };
+        assert_eq!(
+            p.describe(),
+            "memory pressure (PSI, the machine's (cgroup v1 keeps none per cgroup)): some 15.0%, full 5.0% of the run's 10.0 s"
+        );
     }
 
     #[test]

@@ -221,6 +221,9 @@ impl FlightRecorder {
             runtime_gc: w.probes.and_then(|p| p.runtime_gc_run(kernel_gcs)),
             thread_names,
             stacks,
+            // A window is cut from a long attach: no PSI reading at its
+            // start (the kernel's totals are not kept per window).
+            memory_pressure_from: None,
         })
     }
 }

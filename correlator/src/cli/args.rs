@@ -496,7 +496,8 @@ pub struct ExperimentArgs {
     pub rate: f64,
     /// The one variable changed for B: thp=…, pin=CPUS, cpuset=CPUS (a cpuset cgroup: even the
     /// server's own affinity calls cannot leave it), irq-affinity=IRQ:CPUS, rps=DEV:CPUS,
-    /// stop=PID, probes=off.
+    /// stop=PID, memory-limit=SIZE|max|Nx (the target's memory cgroup limit, e.g. 512M, max,
+    /// 2x), probes=off.
     #[arg(long, conflicts_with_all = ["apply", "revert"])]
     pub knob: Option<String>,
     /// A user command that applies the change (with --revert).

@@ -38,7 +38,14 @@ live_test! {
     /// interpreter's callbacks (CLOCK_THREAD_CPUTIME_ID; a collection's wall
     /// time also holds the thread's run-queue waits and steal, which the
     /// account books to preemption and the host, as it should: once, 4.4 ms
-    /// of a 55 ms collection), and never more than its wall time + 1 ms.
+    /// of a 55 ms collection), less what the account books in the episode
+    /// to IRQs and to the host (`steal_ns`, with the time the guest's
+    /// sampling timer was silent): the thread's CPU clock counts both (no
+    /// IRQ time accounting here, and a host that holds the vCPU without
+    /// reporting steal is invisible to the guest's clocks; a fresh-clone
+    /// CI run had a collection of 50.80 ms of CPU time booked 46.69 ms to
+    /// the collector and 4.15 ms to a silent timer). The collector time is
+    /// never more than that CPU time + 1 ms, nor than the wall time + 1 ms.
     fn cpython_collections_are_named_by_its_own_probes() {
         let Some(python) = debian_binary("/usr/bin/python3.11", "cpython_collections_are_named_by_its_own_probes") else {
             return;
@@ -114,17 +121,26 @@ live_test! {
             if overlap < 5_000_000 {
                 continue;
             }
-            let measured = e["account"]["runtime_pause_ns"].as_u64().unwrap_or(0) as f64;
+            let ns = |k: &str| e["account"][k].as_u64().unwrap_or(0) as f64;
+            let measured = ns("runtime_pause_ns");
+            // What the thread's CPU clock counts that the account books
+            // elsewhere: IRQs on its CPU and the host's silent holds.
+            let beside = ns("hardirq_ns") + ns("softirq_ns") + ns("steal_ns");
             eprintln!(
-                "episode at {a}: collector {:.2} ms measured; by the interpreter {:.2} ms wall, {:.2} ms on the CPU, {:.2} ms on a run queue",
+                "episode at {a}: collector {:.2} ms measured (IRQs and host {:.2} ms beside); by the interpreter {:.2} ms wall, {:.2} ms on the CPU, {:.2} ms on a run queue",
                 measured / 1e6,
+                beside / 1e6,
                 overlap as f64 / 1e6,
                 cpu / 1e6,
                 delay / 1e6
             );
             assert!(
-                (measured - cpu).abs() <= 0.05 * cpu + 1e6,
-                "episode at {a}: collector {measured} ns measured vs {cpu} ns of the thread's CPU time in the collection"
+                measured <= cpu + 1e6,
+                "episode at {a}: collector {measured} ns measured, more than the thread's {cpu} ns of CPU time in the collection"
+            );
+            assert!(
+                measured + beside >= cpu - (0.05 * cpu + 1e6),
+                "episode at {a}: collector {measured} ns measured (and {beside} ns of IRQs and host) vs {cpu} ns of the thread's CPU time in the collection"
             );
             assert!(measured <= overlap as f64 + 1e6, "episode at {a}: collector {measured} ns measured, longer than the collection's {overlap} ns");
             checked += 1;

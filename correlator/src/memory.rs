@@ -260,19 +260,6 @@ impl LimitedCgroup {
             })
             .unwrap_or(0)
     }
-
-    /// Times the limit was hit: v1 `memory.failcnt`, v2 memory.events `max`.
-    pub fn limit_hits(&self) -> u64 {
-        let read = |f: &str| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
-        if self.version == "v1" {
-            read("memory.failcnt").trim().parse().unwrap_or(0)
-        } else {
-            read("memory.events")
-                .lines()
-                .find_map(|l| l.strip_prefix("max ")?.trim().parse().ok())
-                .unwrap_or(0)
-        }
-    }
 }
 
 impl Drop for LimitedCgroup {

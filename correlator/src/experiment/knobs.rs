@@ -54,6 +54,10 @@ pub enum MemoryLimit {
 }
 
 impl MemoryLimit {
+    /// `max`, `Nx`, or a size with the kernel's own suffixes for these
+    /// files (memparse: K, M, G are powers of 1024, as `memory.max` and
+    /// systemd's `MemoryMax=` read them), not `memory::parse_bytes`, whose
+    /// `M` is 10^6 (disk budgets).
     fn parse(v: &str) -> Option<Self> {
         if v == "max" {
             return Some(Self::Unlimited);
@@ -260,6 +264,16 @@ fn memory_limit_files(target: &Target) -> Result<Vec<(String, String)>> {
 /// "no limit" as the largest page-aligned number, v2 as `max`).
 fn limit_value(text: &str) -> Option<u64> {
     text.parse().ok().filter(|&v: &u64| v < 1 << 62)
+}
+
+/// What a limit file takes for "no limit": v1's `*limit_in_bytes` -1,
+/// v2's files `max`.
+fn no_limit(file: &str) -> &'static str {
+    if file.ends_with("limit_in_bytes") {
+        "-1"
+    } else {
+        "max"
+    }
 }
 
 fn thp_mode() -> Result<String> {
@@ -474,11 +488,7 @@ pub fn change(knob: &Knob, saved: &Saved) -> Result<()> {
                 {
                     continue;
                 }
-                let text = match (new, file.contains("limit_in_bytes")) {
-                    (Some(n), _) => n.to_string(),
-                    (None, true) => "-1".into(),
-                    (None, false) => "max".into(),
-                };
+                let text = new.map_or_else(|| no_limit(file).to_string(), |n| n.to_string());
                 fs::write(file, &text)
                     .with_context(|| format!("cannot write {text} to {file} (needs root)"))?;
             }
@@ -571,11 +581,9 @@ pub fn restore(saved: &Saved) -> Result<()> {
             // to it) before a memsw limit may follow it down.
             for (file, previous) in files.iter().rev() {
                 if Path::new(file).exists() {
-                    let text = if file.contains("limit_in_bytes") && limit_value(previous).is_none()
-                    {
-                        "-1"
-                    } else {
-                        previous.as_str()
+                    let text = match limit_value(previous) {
+                        Some(_) => previous.as_str(),
+                        None => no_limit(file),
                     };
                     fs::write(file, text)
                         .map_err(|e| manual(format!("echo {previous} > {file}"), e.into()))?;
@@ -667,6 +675,11 @@ mod tests {
         assert_eq!(limit_value("9223372036854771712"), None);
         assert_eq!(limit_value("max"), None);
         assert_eq!(limit_value("100663296"), Some(96 << 20));
+        assert_eq!(
+            no_limit("/sys/fs/cgroup/memory/x/memory.memsw.limit_in_bytes"),
+            "-1"
+        );
+        assert_eq!(no_limit("/sys/fs/cgroup/x/memory.high"), "max");
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     task_cfs_rq_offset: 0,
     cfs_rq_rq_offset: 0,
     rq_steal_offset: 0,
+    rq_steal_copy_offset: 0,
     stacks: 0,
     spin_cpus: 0,
     pair_at_sockets: 0,
@@ -85,12 +86,27 @@ pub(crate) static REQUESTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 #[map]
 pub(crate) static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(16384, 0);
 
-/// Local ports the target listens on (written by userspace before
-/// attaching, from /proc; added by `inet_sock_set_state` when the target
-/// starts listening): a socket on one of them is an accepted connection,
-/// any other TCP socket of the target is an upstream.
+/// Local ports the target listens on, indexed by port (non-zero: listens;
+/// written by userspace before attaching, from /proc; set by
+/// `inet_sock_set_state` when the target starts listening): a socket on
+/// one of them is an accepted connection, any other TCP socket of the
+/// target is an upstream. An array, not a hash: every socket transfer of
+/// the target asks, and an array lookup is inlined where a hash lookup is
+/// a call (256 KiB).
 #[map]
-pub(crate) static LISTEN_PORTS: HashMap<u16, u8> = HashMap::with_max_entries(256, 0);
+pub(crate) static LISTEN_PORTS: Array<u32> = Array::with_max_entries(65536, 0);
+
+/// Which sockets may have an entry in `CONNS` (bit `SEEN_CONN`) or
+/// `UPSTREAM_CONNS` (bit `SEEN_UPSTREAM`), by a hash of the socket's
+/// address: set before an entry is inserted, never cleared (a stale or
+/// shared slot only costs the lookup it would have cost anyway).
+/// `sk_data_ready` runs for every arrival on the machine (a loopback
+/// client's replies included) and asked both hashes each time; the
+/// inlined array lookup answers "no entry" for nearly all of them.
+#[map]
+pub(crate) static SOCKETS_SEEN: Array<u32> = Array::with_max_entries(SOCKETS_SEEN_SLOTS, 0);
+
+pub(crate) const SOCKETS_SEEN_SLOTS: u32 = 16384;
 
 /// The target's upstream connections with an exchange in flight or done,
 /// by socket address. LRU: connections that close without being seen to

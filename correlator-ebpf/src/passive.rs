@@ -17,7 +17,10 @@ use correlator_common::{
 
 use crate::{
     helpers::{arg, is_target_tgid, now, total_add},
-    maps::{CALLS, CONNS, LISTEN_PORTS, REQUESTS, UPSTREAM_CONNS, UPSTREAMS},
+    maps::{
+        CALLS, CONNS, LISTEN_PORTS, REQUESTS, SOCKETS_SEEN, SOCKETS_SEEN_SLOTS, UPSTREAM_CONNS,
+        UPSTREAMS,
+    },
 };
 
 /// x86-64 syscall numbers of the calls that move a request's bytes.
@@ -67,7 +70,7 @@ pub(crate) fn pair_request(ctx: &BtfTracePointContext, pid_tgid: u64) {
     };
     let fd = read_reg(config!(regs_arg0_offset)) as u32;
     let key = (u64::from(tgid) << 32) | u64::from(fd);
-    transfer(pid_tgid, key, || fd, reading, ret as u64);
+    transfer(pid_tgid, key, None, || fd, reading, ret as u64);
 }
 
 /// `MSG_PEEK`: a read that leaves the data queued.
@@ -126,7 +129,15 @@ fn socket_transfer(ctx: &BtfTracePointContext, reading: bool) {
     // Its bits above the slab's 64-byte alignment number the connection
     // for userspace: only for a record.
     let label = || conn_label(sk_address(ctx));
-    transfer(pid_tgid, sk, label, reading, ret as u64);
+    let sock: *const u8 = arg(ctx, 0);
+    transfer(
+        pid_tgid,
+        sk,
+        Some(seen_slot(sock)),
+        label,
+        reading,
+        ret as u64,
+    );
 }
 
 /// The socket in slot 0 of a socket tracepoint's context, as a number,
@@ -179,7 +190,7 @@ fn is_upstream(sock: *const u8) -> bool {
         return false;
     }
     let local: u16 = sock_field(sock, config!(skc_num_offset));
-    if LISTEN_PORTS.get_ptr(&local).is_some() {
+    if LISTEN_PORTS.get(u32::from(local)).is_some_and(|&l| l != 0) {
         return false;
     }
     sock_field::<u16>(sock, config!(skc_dport_offset)) != 0
@@ -207,6 +218,7 @@ fn upstream_transfer(
                 tid,
                 bytes_out: bytes.min(u64::from(u32::MAX)) as u32,
             };
+            mark_seen(seen_slot(sock), SEEN_UPSTREAM);
             if UPSTREAM_CONNS.insert(&key, &fresh, 0).is_err() {
                 total_add(Total::UpstreamsLost);
             }
@@ -284,7 +296,13 @@ pub fn sk_data_ready(ctx: BtfTracePointContext) -> i32 {
     // A direct context load (no helper call: this runs for every arrival on
     // the machine), used only as the map key, never as a number.
     let sk: u64 = arg(&ctx, 0);
+    let sock: *const u8 = arg(&ctx, 0);
+    let seen = seen_bits(seen_slot(sock));
+    if seen == 0 {
+        return 0;
+    }
     if config!(upstreams) != 0
+        && seen & SEEN_UPSTREAM != 0
         && let Some(u) = UPSTREAM_CONNS.get_ptr_mut(&sk)
     {
         // SAFETY: map value (see `upstream_transfer`).
@@ -295,7 +313,7 @@ pub fn sk_data_ready(ctx: BtfTracePointContext) -> i32 {
         }
         return 0;
     }
-    if config!(requests_from_arrival) == 0 {
+    if config!(requests_from_arrival) == 0 || seen & SEEN_CONN == 0 {
         return 0;
     }
     if let Some(c) = CONNS.get_ptr_mut(&sk) {
@@ -310,6 +328,40 @@ pub fn sk_data_ready(ctx: BtfTracePointContext) -> i32 {
         }
     }
     0
+}
+
+/// Bits of a `SOCKETS_SEEN` slot.
+const SEEN_CONN: u32 = 1;
+const SEEN_UPSTREAM: u32 = 2;
+
+/// The `SOCKETS_SEEN` slot of a socket: a hash of its local and remote
+/// ports, two direct loads (the socket's address is a pointer to the
+/// verifier, which allows no arithmetic on it, and reading it as a number
+/// is a helper call). Sockets without ports (Unix) share one slot, which
+/// then filters nothing for them.
+#[inline(always)]
+fn seen_slot(sock: *const u8) -> u32 {
+    let local = u32::from(sock_field::<u16>(sock, config!(skc_num_offset)));
+    let remote = u32::from(sock_field::<u16>(sock, config!(skc_dport_offset)));
+    ((local << 16) | remote).wrapping_mul(0x9E37_79B1) >> 18 & (SOCKETS_SEEN_SLOTS - 1)
+}
+
+/// The `SEEN_*` bits of `slot`.
+#[inline(always)]
+fn seen_bits(slot: u32) -> u32 {
+    SOCKETS_SEEN.get(slot).copied().unwrap_or(0)
+}
+
+/// Notes that the socket of `SOCKETS_SEEN` slot `slot` is about to get an
+/// entry in `CONNS` or `UPSTREAM_CONNS` (`bit`).
+#[inline(always)]
+fn mark_seen(slot: u32, bit: u32) {
+    if let Some(slot) = SOCKETS_SEEN.get_ptr_mut(slot) {
+        // SAFETY: array map value; a racing writer can only lose a bit
+        // another socket set, which costs that socket its arrival time
+        // until its next entry (as a connection's first request has).
+        unsafe { *slot |= bit };
+    }
 }
 
 /// TCP states (include/net/tcp_states.h).
@@ -346,15 +398,28 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> i32 {
         // The target starts listening (in its listen() call): connections
         // accepted on this port are its inbound ones.
         let port: u16 = sk_field(sk_address(&ctx), config!(skc_num_offset));
-        let _ = LISTEN_PORTS.insert(&port, &1, 0);
+        if let Some(slot) = LISTEN_PORTS.get_ptr_mut(u32::from(port)) {
+            // SAFETY: array map value.
+            unsafe { *slot = 1 };
+        }
     }
     0
 }
 
 /// A read that returned data starts a request on its connection (unless
 /// one is pending); a write that sent data ends the pending one.
+///
+/// `seen`: the connection's `SOCKETS_SEEN` slot, for a socket's (whose
+/// arrivals `sk_data_ready` then looks up).
 #[inline(always)]
-fn transfer(pid_tgid: u64, key: u64, fd: impl Fn() -> u32, reading: bool, bytes: u64) {
+fn transfer(
+    pid_tgid: u64,
+    key: u64,
+    seen: Option<u32>,
+    fd: impl Fn() -> u32,
+    reading: bool,
+    bytes: u64,
+) {
     let ts = now();
     let conn = CONNS.get_ptr_mut(&key);
     if reading {
@@ -396,6 +461,9 @@ fn transfer(pid_tgid: u64, key: u64, fd: impl Fn() -> u32, reading: bool, bytes:
                     responded: 0,
                     bytes_in: bytes,
                 };
+                if let Some(slot) = seen {
+                    mark_seen(slot, SEEN_CONN);
+                }
                 let _ = CONNS.insert(&key, &fresh, 0);
             }
         }

@@ -8,7 +8,7 @@ use correlator_common::{
 };
 
 use crate::{
-    account::{rq_steal, thread_acct, window_restart},
+    account::{rq_steal, silence_add, thread_acct, timer_silence, window_restart},
     helpers::{Sink, arg, cpu_id, cpu_state, now},
     maps::DEVICE_IRQS,
     threads::thread,
@@ -100,6 +100,14 @@ pub(crate) fn woken_during(state: &CpuState, ts: u64) -> u64 {
 /// A target thread found running that the probes had off the CPU came
 /// back at an unknown moment: its open off-CPU interval is dropped, not
 /// given a made-up end (that time stays unexplained), and it runs from now.
+/// Its timer-silence window is closed first, as a sample or a switch-out
+/// would close it: a window in which nobody on this CPU was sampled for
+/// more than two periods is the vCPU's stall whichever task the unseen
+/// switch put in it. Seen here (a spinner preempted by a traced switch at
+/// the start of a 2.46 ms host stall, switched back unseen, found running
+/// by the timer 3.3 ms later): restarting the window dropped the stall,
+/// booked as nobody's, in about one run of
+/// `host_stalls_are_steal_not_the_threads_time` in three.
 #[inline(always)]
 pub(crate) fn resync_current(state: &mut CpuState) {
     let cur = aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32;
@@ -119,6 +127,12 @@ pub(crate) fn resync_current(state: &mut CpuState) {
         let st = unsafe { &mut *st };
         if st.off_kind != 0 {
             let ts = now();
+            if st.window_start_ts != 0 && state.last_sample_ts <= st.window_start_ts {
+                let silent = timer_silence(ts.saturating_sub(st.window_start_ts), st);
+                if silent != 0 {
+                    silence_add(st, ts, silent);
+                }
+            }
             st.off_kind = 0;
             st.run_ts = ts;
             st.rq = state.rq;

@@ -724,6 +724,13 @@ pub struct Config {
     pub task_cfs_rq_offset: u64,
     pub cfs_rq_rq_offset: u64,
     pub rq_steal_offset: u64,
+    /// `rq->prev_steal_time_rq`: the run queue's own copy of the steal
+    /// clock, which `__schedule` brings up to date (`update_rq_clock`) just
+    /// before sched_switch fires. Read there by a direct load instead of
+    /// the live clock's helper call (a probe read cost ~45 ns per switch
+    /// here); every other reader (samples, syscall boundaries, IRQs) reads
+    /// the live clock, which the copy never runs ahead of.
+    pub rq_steal_copy_offset: u64,
     /// Non-zero (`--stacks`): stack ids at switch-outs, and a record per
     /// on-CPU sample with its stacks.
     pub stacks: u64,

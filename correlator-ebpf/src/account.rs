@@ -37,13 +37,20 @@ pub(crate) fn task_rq(task: *const u8) -> *const u8 {
     }
 }
 
-/// The steal clock of run queue `rq` (from [`task_rq`]; 0 for null).
+/// The steal clock of run queue `rq` (from [`task_rq`]; 0 for null) at a
+/// context switch: the run queue's own copy, which `__schedule` updated
+/// just before sched_switch, by a direct load (see
+/// `Config::rq_steal_copy_offset`). It lags the live clock by at most the
+/// steal since that update; marks taken from it are never ahead of a later
+/// live read.
 #[inline(always)]
-pub(crate) fn rq_steal_of(rq: *const u8) -> u64 {
+pub(crate) fn rq_steal_at_switch(rq: *const u8) -> u64 {
     if rq.is_null() {
         return 0;
     }
-    rq_steal(rq as u64)
+    // SAFETY: `rq` is a BTF `struct rq` pointer (loaded through the task's
+    // cfs_rq); the verifier checks the load against the kernel's struct.
+    unsafe { *rq.add(config!(rq_steal_copy_offset) as usize).cast::<u64>() }
 }
 
 /// The steal clock of run queue `rq`, read through the helper: on a KVM

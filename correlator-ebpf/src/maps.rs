@@ -34,6 +34,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     task_cfs_rq_offset: 0,
     cfs_rq_rq_offset: 0,
     rq_steal_offset: 0,
+    rq_steal_copy_offset: 0,
     stacks: 0,
     spin_cpus: 0,
     pair_at_sockets: 0,

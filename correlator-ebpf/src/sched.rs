@@ -11,8 +11,8 @@ use correlator_common::{
 
 use crate::{
     account::{
-        acct_add, acct_add_at, clock_steal_add, ran_until, rq_steal_of, silence_add, task_rq,
-        timer_silence, window_restart,
+        acct_add, acct_add_at, clock_steal_add, ran_until, rq_steal_at_switch, silence_add,
+        task_rq, timer_silence, window_restart,
     },
     helpers::{
         Sink, USER_STACK, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now,
@@ -80,13 +80,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         return 0;
     };
     // Both tasks are on this CPU's run queue: its steal clock is read once
-    // (a helper call) for the thread leaving and the one arriving. The run
-    // queue's own copy (`rq->prev_steal_time_rq`, fresh at a switch and a
-    // direct load, ~45 ns cheaper) was tried: mixed with the live clock the
-    // other programs read, it left silent host stalls unexplained
-    // (`host_stalls_are_steal_not_the_threads_time` failed 3 of 4 runs).
+    // for the thread leaving and the one arriving.
     let rq = task_rq(if next.is_some() { next_task } else { prev_task });
-    let steal = rq_steal_of(rq);
+    let steal = rq_steal_at_switch(rq);
     if prev_is_target {
         // The switching-out thread is still current: its kernel stack ends
         // in schedule() (userspace drops the tracing frames above it) and

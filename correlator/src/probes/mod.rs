@@ -394,6 +394,7 @@ impl Probes {
             task_cfs_rq_offset: 0,
             cfs_rq_rq_offset: 0,
             rq_steal_offset: 0,
+            rq_steal_copy_offset: 0,
             stacks: u64::from(cfg.stacks),
             spin_cpus: aya::util::nr_cpus()
                 .map_or(0, |n| u64::from(n.get().min(correlator_common::SPIN_CPUS))),
@@ -415,15 +416,17 @@ impl Probes {
         // Steal at ns resolution, reached from the task's run queue; kernels
         // without paravirt steal accounting (no prev_steal_time_rq) or
         // without group scheduling (no cfs_rq->rq) measure none, and say so.
-        if let (Ok(se), Ok(cfs_rq), Ok(rq), Ok(steal)) = (
+        if let (Ok(se), Ok(cfs_rq), Ok(rq), Ok(steal), Ok(copy)) = (
             kernel_btf.member_offset("task_struct", "se"),
             kernel_btf.member_offset("sched_entity", "cfs_rq"),
             kernel_btf.member_offset("cfs_rq", "rq"),
             steal_offset_from_rq(&kernel_btf),
+            kernel_btf.member_offset("rq", "prev_steal_time_rq"),
         ) {
             config.task_cfs_rq_offset = (se + cfs_rq).into();
             config.cfs_rq_rq_offset = rq.into();
             config.rq_steal_offset = steal;
+            config.rq_steal_copy_offset = copy.into();
         }
         if !cfg!(target_arch = "x86_64") {
             bail!("correlator knows the x86-64 syscall numbers only");

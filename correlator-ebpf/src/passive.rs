@@ -115,13 +115,11 @@ fn socket_transfer(ctx: &BtfTracePointContext, reading: bool) {
     // context load, used only as the key (the verifier tracks it as a
     // pointer and allows no arithmetic on it).
     let sk: u64 = arg(ctx, 0);
-    if config!(upstreams) != 0 {
-        let sock: *const u8 = arg(ctx, 0);
-        if is_upstream(sock) {
-            upstream_transfer(sk, sock, ctx, pid_tgid, reading, ret as u64);
-            // Not a request to the server: never paired as one.
-            return;
-        }
+    let sock: *const u8 = arg(ctx, 0);
+    if config!(upstreams) != 0 && is_upstream(sock) {
+        upstream_transfer(sk, sock, ctx, pid_tgid, reading, ret as u64);
+        // Not a request to the server: never paired as one.
+        return;
     }
     if config!(pair_at_sockets) == 0 {
         return;
@@ -129,7 +127,6 @@ fn socket_transfer(ctx: &BtfTracePointContext, reading: bool) {
     // Its bits above the slab's 64-byte alignment number the connection
     // for userspace: only for a record.
     let label = || conn_label(sk_address(ctx));
-    let sock: *const u8 = arg(ctx, 0);
     transfer(
         pid_tgid,
         sk,

@@ -511,7 +511,7 @@ fn measure(
 /// bpftrace 0.17 can lose one (its handler sets a flag that its main loop
 /// may have checked just before an `epoll_wait` without timeout; seen in 1
 /// of 10 runs of a live test here).
-fn interrupt_bpftrace(c: &mut std::process::Child) -> Result<()> {
+pub(crate) fn interrupt_bpftrace(c: &mut std::process::Child) -> Result<()> {
     let pid = i32::try_from(c.id())?;
     for _ in 0..30 {
         // SAFETY: kill(2) on our own child.
@@ -529,7 +529,7 @@ fn interrupt_bpftrace(c: &mut std::process::Child) -> Result<()> {
 }
 
 /// The tracepoints bpftrace counts, in the script's order.
-const BPFTRACE_PROBES: [&str; 7] = [
+pub(crate) const BPFTRACE_PROBES: [&str; 7] = [
     "tracepoint:sched:sched_switch",
     "tracepoint:sched:sched_wakeup",
     "tracepoint:sched:sched_migrate_task",

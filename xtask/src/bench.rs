@@ -48,10 +48,15 @@ pub enum Bench {
     /// Redis at saturation: redis-server's throughput under
     /// redis-benchmark with nothing attached, `watch --syscalls` and
     /// `record` (the probes `run` attaches) by default (no syscall hooks),
-    /// and each with `--syscall-time exact`.
+    /// each with `--syscall-time exact`, watch's hooks with empty
+    /// programs, and bpftrace counting the same events.
     Watch {
         #[arg(long, default_value_t = 7)]
         reps: usize,
+        /// Only the defaults' variants (watch, record, empty programs and
+        /// the control): more repetitions in the same time.
+        #[arg(long)]
+        defaults_only: bool,
     },
     /// Symbolization: 10,000 unique kernel + user stacks of real code
     /// addresses, symbolized as at the end of a `--stacks` run.
@@ -72,7 +77,10 @@ pub fn run(which: Bench) -> Result<()> {
         Bench::Loadgen => crate::bench_loadgen::run(),
         Bench::Analysis => analysis(),
         Bench::Redis { reps } => crate::bench_redis::run(reps),
-        Bench::Watch { reps } => crate::bench_watch::run(reps),
+        Bench::Watch {
+            reps,
+            defaults_only,
+        } => crate::bench_watch::run(reps, defaults_only),
         Bench::Symbols => {
             let testkit = build_testkit()?;
             for _ in 0..3 {

@@ -62,6 +62,14 @@ impl Variant {
         }
     }
 
+    /// The control and what the defaults attach (`--defaults-only`).
+    fn is_default(self) -> bool {
+        matches!(
+            self,
+            Variant::Bare | Variant::Watch | Variant::Record | Variant::WatchEmpty
+        )
+    }
+
     /// The correlator command line, without the target.
     fn args(self) -> &'static [&'static str] {
         match self {
@@ -119,7 +127,7 @@ fn goal(v: Variant) -> Option<f64> {
     }
 }
 
-pub fn run(reps: usize) -> Result<()> {
+pub fn run(reps: usize, defaults_only: bool) -> Result<()> {
     let bin = build_release()?;
     let port = 6392;
     let server = crate::bench_redis::start_redis(1, port)?;
@@ -138,10 +146,14 @@ pub fn run(reps: usize) -> Result<()> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64);
     let mut rng = fastrand::Rng::with_seed(seed);
+    let variants: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .filter(|v| !defaults_only || v.is_default())
+        .collect();
     let mut ratios: Vec<(Variant, f64)> = Vec::new();
     let mut bare_runs: Vec<f64> = Vec::new();
     for rep in 0..reps {
-        let mut order = Variant::ALL.to_vec();
+        let mut order = variants.clone();
         rng.shuffle(&mut order);
         let mut before = measure(&bin, pid, port, Variant::Bare)?;
         bare_runs.push(before);
@@ -174,7 +186,7 @@ pub fn run(reps: usize) -> Result<()> {
     println!(
         "  throughput as % of the mean of the runs around it: median, bootstrap 95% CI of the median, [min, max]"
     );
-    for v in Variant::ALL {
+    for &v in &variants {
         let mut r: Vec<f64> = ratios.iter().filter(|p| p.0 == v).map(|p| p.1).collect();
         r.sort_by(f64::total_cmp);
         let (lo, hi) = bootstrap_median_ci(&r, &mut rng);

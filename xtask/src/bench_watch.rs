@@ -128,6 +128,7 @@ fn goal(v: Variant) -> Option<f64> {
 }
 
 pub fn run(reps: usize, defaults_only: bool) -> Result<()> {
+    anyhow::ensure!(reps > 0, "--reps must be at least 1");
     let bin = build_release()?;
     let port = 6392;
     let server = crate::bench_redis::start_redis(1, port)?;
@@ -210,6 +211,11 @@ pub fn run(reps: usize, defaults_only: bool) -> Result<()> {
             r[0],
             r[r.len() - 1]
         );
+        if v == Variant::Bare && !(lo..=hi).contains(&100.0) {
+            println!(
+                "  the control's CI leaves out 100%: this run is biased by more than its spread, its verdicts do not hold"
+            );
+        }
     }
     Ok(())
 }

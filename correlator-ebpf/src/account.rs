@@ -201,6 +201,23 @@ pub(crate) fn clock_steal_add(st: &mut ThreadState, ts: u64, stolen: u64) {
     steal_add(st, ts, stolen - credited);
 }
 
+/// Closes the thread's timer-silence window at `ts` when nobody on its CPU
+/// was sampled since it began (`cpu_last_sample`: the CPU's last sample
+/// before now), booking the silence [`timer_silence`] finds in it. Returns
+/// whether any was booked. A sample, a switch-out and an IRQ finding the
+/// thread switched in unseen all close the window this way.
+#[inline(always)]
+pub(crate) fn close_silence_window(st: &mut ThreadState, cpu_last_sample: u64, ts: u64) -> bool {
+    if st.window_start_ts == 0 || cpu_last_sample > st.window_start_ts {
+        return false;
+    }
+    let silent = timer_silence(ts.saturating_sub(st.window_start_ts), st);
+    if silent != 0 {
+        silence_add(st, ts, silent);
+    }
+    silent != 0
+}
+
 /// Starts the thread's timer-silence window at `ts` (see [`timer_silence`]).
 #[inline(always)]
 pub(crate) fn window_restart(st: &mut ThreadState, ts: u64) {

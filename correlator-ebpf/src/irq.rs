@@ -8,7 +8,7 @@ use correlator_common::{
 };
 
 use crate::{
-    account::{rq_steal, silence_add, thread_acct, timer_silence, window_restart},
+    account::{close_silence_window, rq_steal, thread_acct, window_restart},
     helpers::{Sink, arg, cpu_id, cpu_state, now},
     maps::DEVICE_IRQS,
     threads::thread,
@@ -127,12 +127,7 @@ pub(crate) fn resync_current(state: &mut CpuState) {
         let st = unsafe { &mut *st };
         if st.off_kind != 0 {
             let ts = now();
-            if st.window_start_ts != 0 && state.last_sample_ts <= st.window_start_ts {
-                let silent = timer_silence(ts.saturating_sub(st.window_start_ts), st);
-                if silent != 0 {
-                    silence_add(st, ts, silent);
-                }
-            }
+            close_silence_window(st, state.last_sample_ts, ts);
             st.off_kind = 0;
             st.run_ts = ts;
             st.rq = state.rq;

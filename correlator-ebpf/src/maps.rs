@@ -98,8 +98,9 @@ pub(crate) static LISTEN_PORTS: Array<u32> = Array::with_max_entries(65536, 0);
 
 /// Which sockets may have an entry in `CONNS` (bit `SEEN_CONN`) or
 /// `UPSTREAM_CONNS` (bit `SEEN_UPSTREAM`), by a hash of the socket's
-/// ports (`passive::seen_slot`): set before an entry is inserted, never cleared (a stale or
-/// shared slot only costs the lookup it would have cost anyway).
+/// ports (`passive::seen_slot`): set before an entry is inserted, never
+/// cleared (a stale or shared slot only costs the lookup it would have cost
+/// anyway).
 /// `sk_data_ready` runs for every arrival on the machine (a loopback
 /// client's replies included) and asked both hashes each time; the
 /// inlined array lookup answers "no entry" for nearly all of them.

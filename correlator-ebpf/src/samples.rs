@@ -10,7 +10,7 @@ use aya_ebpf::{
 use correlator_common::{Account, NO_STACK, SampleRecord, Total};
 
 use crate::{
-    account::{acct_add, ran_until, silence_add, steal_catch_up, timer_silence, window_restart},
+    account::{acct_add, close_silence_window, ran_until, steal_catch_up, window_restart},
     helpers::{USER_STACK, cpu_state, now, saved_syscall, stack_id, total_add},
     maps::SAMPLES,
     threads::thread,
@@ -39,12 +39,7 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     steal_catch_up(st, ts);
     // Only a window with no sample of another task in it is this
     // thread's to explain.
-    if st.window_start_ts != 0 && cpu_last <= st.window_start_ts {
-        let silent = timer_silence(ts.saturating_sub(st.window_start_ts), st);
-        if silent != 0 {
-            silence_add(st, ts, silent);
-        }
-    }
+    close_silence_window(st, cpu_last, ts);
     window_restart(st, ts);
     // SAFETY: the context of a perf-event program is bpf_perf_event_data,
     // whose first member is the interrupted context's registers.

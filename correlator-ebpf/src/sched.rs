@@ -11,8 +11,8 @@ use correlator_common::{
 
 use crate::{
     account::{
-        acct_add, acct_add_at, clock_steal_add, ran_until, rq_steal_at_switch, silence_add,
-        task_rq, timer_silence, window_restart,
+        acct_add, acct_add_at, clock_steal_add, close_silence_window, ran_until,
+        rq_steal_at_switch, task_rq, window_restart,
     },
     helpers::{
         Sink, USER_STACK, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now,
@@ -251,13 +251,9 @@ pub(crate) fn switch_out(sink: &Sink, cpu: *mut CpuState, ts: u64, out: &SwitchO
     // came back (often: a task whose timer expired in the stall takes the
     // CPU at once): the window ends here.
     // SAFETY: per-CPU value.
-    if state.window_start_ts != 0 && unsafe { (*cpu).last_sample_ts } <= state.window_start_ts {
-        let silent = timer_silence(ts.saturating_sub(state.window_start_ts), state);
-        if silent != 0 {
-            silence_add(state, ts, silent);
-            // The next window starts with the next sample.
-            state.window_start_ts = 0;
-        }
+    if close_silence_window(state, unsafe { (*cpu).last_sample_ts }, ts) {
+        // The next window starts with the next sample.
+        state.window_start_ts = 0;
     }
     state.run_ts = 0;
     if config!(syscall_hooks) == 0 {

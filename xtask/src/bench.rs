@@ -270,7 +270,7 @@ fn probes(reps: usize, loops: u64, pinned: bool) -> Result<()> {
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n == 0 {
@@ -466,7 +466,7 @@ fn measure(
         Variant::Bpftrace | Variant::BpftraceNoStats => {
             let mut c = Command::new("bpftrace")
                 .arg("-e")
-                .arg(bpftrace_script(pid))
+                .arg(bpftrace_script(pid, &BPFTRACE_PROBES))
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()?;
@@ -547,9 +547,13 @@ pub(crate) const BPFTRACE_PROBES: [&str; 7] = [
     "tracepoint:irq_vectors:local_timer_entry",
 ];
 
-fn bpftrace_script(pid: u32) -> String {
-    BPFTRACE_PROBES
-        .iter()
+/// A bpftrace script counting `pid`'s events at each of `probes`.
+pub(crate) fn bpftrace_script<'a>(
+    pid: u32,
+    probes: impl IntoIterator<Item = &'a &'a str>,
+) -> String {
+    probes
+        .into_iter()
         .enumerate()
         .map(|(i, tp)| format!("{tp} /pid == {pid}/ {{ @c{i} = count(); }}"))
         .collect::<Vec<_>>()

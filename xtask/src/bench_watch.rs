@@ -21,7 +21,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use crate::build_release;
+use crate::{bench::median, build_release};
 
 const REQUESTS: &str = "300000";
 
@@ -207,7 +207,7 @@ pub fn run(reps: usize, defaults_only: bool) -> Result<()> {
         });
         println!(
             "  {name:<40} {:>5.1}%  CI [{lo:.1}, {hi:.1}]  [{:.1}, {:.1}]{verdict}",
-            median(&r),
+            median(r.clone()),
             r[0],
             r[r.len() - 1]
         );
@@ -218,16 +218,6 @@ pub fn run(reps: usize, defaults_only: bool) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The median of sorted `v`.
-fn median(v: &[f64]) -> f64 {
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// A bootstrap 95% CI of the median of `v` (10,000 resamples). Written
@@ -241,8 +231,7 @@ fn bootstrap_median_ci(v: &[f64], rng: &mut fastrand::Rng) -> (f64, f64) {
         for x in &mut sample {
             *x = v[rng.usize(..v.len())];
         }
-        sample.sort_by(f64::total_cmp);
-        medians.push(median(&sample));
+        medians.push(median(sample.clone()));
     }
     medians.sort_by(f64::total_cmp);
     (
@@ -267,13 +256,12 @@ fn measure(bin: &std::path::Path, pid: u32, port: u16, v: Variant) -> Result<f64
     let watcher = match v {
         Variant::Bare => None,
         Variant::Bpftrace => {
-            let script = crate::bench::BPFTRACE_PROBES
-                .iter()
-                .chain(&BPFTRACE_SOCKET_PROBES)
-                .enumerate()
-                .map(|(i, tp)| format!("{tp} /pid == {pid}/ {{ @c{i} = count(); }}"))
-                .collect::<Vec<_>>()
-                .join("\n");
+            let script = crate::bench::bpftrace_script(
+                pid,
+                crate::bench::BPFTRACE_PROBES
+                    .iter()
+                    .chain(&BPFTRACE_SOCKET_PROBES),
+            );
             let c = Command::new("bpftrace")
                 .arg("-e")
                 .arg(script)

@@ -3,10 +3,10 @@
 //! later bucket, and the run queue's steal clock it books from.
 
 use aya_ebpf::{bindings::BPF_RB_NO_WAKEUP, helpers::bpf_probe_read_kernel};
-use correlator_common::{Account, NUM_ACCOUNT, ThreadBucket, ThreadState, Total};
+use correlator_common::{Account, CpuState, NUM_ACCOUNT, ThreadBucket, ThreadState, Total};
 
 use crate::{
-    helpers::{total_add, total_add_n},
+    helpers::{task_last_arrival, total_add, total_add_n},
     maps::ACCOUNTS,
     threads::thread,
 };
@@ -51,6 +51,38 @@ pub(crate) fn rq_steal_at_switch(rq: *const u8) -> u64 {
     // SAFETY: `rq` is a BTF `struct rq` pointer (loaded through the task's
     // cfs_rq); the verifier checks the load against the kernel's struct.
     unsafe { *rq.add(config!(rq_steal_copy_offset) as usize).cast::<u64>() }
+}
+
+/// Takes this CPU's offset from the run queue's clock to the probes'
+/// (`CpuState::clock_offset`) at a context switch at `ts`: `__schedule`
+/// brought `rq->clock` up to date just before sched_switch fired.
+#[inline(always)]
+pub(crate) fn calibrate_rq_clock(cpu: *mut CpuState, rq: *const u8, ts: u64) {
+    let offset = config!(rq_clock_offset);
+    if rq.is_null() || offset == 0 {
+        return;
+    }
+    // SAFETY: `rq` as in `rq_steal_at_switch`; `cpu` is the per-CPU value.
+    unsafe {
+        let clock = *rq.add(offset as usize).cast::<u64>();
+        (*cpu).clock_offset = ts.wrapping_sub(clock);
+    }
+}
+
+/// When the running task `task` arrived on this CPU, in the probes' clock
+/// (its `sched_info.last_arrival` moved by the CPU's calibrated offset),
+/// at most `ts`; 0 when it cannot be told (no calibration yet, a kernel
+/// without the stamp). Dates a switch-in the kernel did not trace.
+#[inline(always)]
+pub(crate) fn arrival_ts(cpu: &CpuState, task: *const u8, ts: u64) -> u64 {
+    if cpu.clock_offset == 0 {
+        return 0;
+    }
+    let arrived = task_last_arrival(task);
+    if arrived == 0 {
+        return 0;
+    }
+    arrived.wrapping_add(cpu.clock_offset).min(ts)
 }
 
 /// The steal clock of run queue `rq`, read through the helper: on a KVM

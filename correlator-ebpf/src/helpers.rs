@@ -81,6 +81,19 @@ pub(crate) fn task_on_rq(task: *const u8) -> u32 {
     unsafe { *task.add(offset).cast::<u32>() }
 }
 
+/// `task->sched_info.last_arrival`: when the scheduler last put the task
+/// on a CPU, in its run queue's clock (0: config without it). A direct
+/// load like `task_pid`.
+#[inline(always)]
+pub(crate) fn task_last_arrival(task: *const u8) -> u64 {
+    let offset = config!(task_last_arrival_offset) as usize;
+    if offset == 0 {
+        return 0;
+    }
+    // SAFETY: as for `task_pid`.
+    unsafe { *task.add(offset).cast::<u64>() }
+}
+
 /// `-ENOSYS`: what the x86-64 syscall entry stores in the saved `ax`
 /// until the syscall returns its value there.
 const NEG_ENOSYS: i64 = -38;

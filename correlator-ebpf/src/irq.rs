@@ -1,16 +1,20 @@
 //! Hard IRQs (device, local timer, IPIs) and softirqs: counted, and timed
 //! when they take a CPU from a target thread running there or waiting for it.
 
-use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use aya_ebpf::{
+    helpers::generated::bpf_get_current_task_btf, macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
 use correlator_common::{
     Account, Counter, CpuState, DEVICE_IRQ_SLOTS, HARDIRQ_KIND_NS_BASE, IrqKind,
     NUM_SOFTIRQ_VECTORS, NUM_TOTALS, OffCpuKind, SOFTIRQ_NS_BASE, TOTAL_IRQ_KIND_BASE, Total,
 };
 
 use crate::{
-    account::{close_silence_window, rq_steal, thread_acct, window_restart},
+    account::{arrival_ts, close_silence_window, rq_steal, thread_acct, window_restart},
     helpers::{Sink, arg, cpu_id, cpu_state, now},
     maps::DEVICE_IRQS,
+    sched::{note_unseen_runner, switched_in_unseen},
     threads::thread,
 };
 
@@ -98,8 +102,11 @@ pub(crate) fn woken_during(state: &CpuState, ts: u64) -> u64 {
 /// timer ticks with a CPU hog beside the target). One helper call per IRQ.
 ///
 /// A target thread found running that the probes had off the CPU came
-/// back at an unknown moment: its open off-CPU interval is dropped, not
-/// given a made-up end (that time stays unexplained), and it runs from now.
+/// back unseen: its open off-CPU interval ends at the scheduler's own
+/// stamp of that switch-in ([`switched_in_unseen`]); when that cannot be
+/// dated it is dropped, not given a made-up end (that time stays
+/// unexplained), and the thread runs from now. A target thread waiting for
+/// this CPU has its runner's slice end there too ([`note_unseen_runner`]).
 /// Its timer-silence window is closed first, as a sample or a switch-out
 /// would close it: a window in which nobody on this CPU was sampled for
 /// more than two periods is the vCPU's stall whichever task the unseen
@@ -115,25 +122,58 @@ pub(crate) fn resync_current(state: &mut CpuState) {
         return;
     }
     let found = thread(cur);
-    if state.cur_known != 0 && (found.is_some() || state.target_tid != 0) {
+    // Plain values, not Options: the verifier rejected the code LLVM made
+    // of `Option::filter` here (a read of an uninitialised register).
+    let untraced = state.cur_known != 0;
+    let from = state.cur_pid;
+    if untraced && (found.is_some() || state.target_tid != 0) {
         state.totals[Total::UntracedSwitches as usize] += 1;
     }
     state.cur_pid = cur;
     state.cur_known = 1;
     state.target_tid = if found.is_some() { cur } else { 0 };
-    if let Some(st) = found {
+    let waiting = if untraced { state.waiting_tid } else { 0 };
+    let open = match found {
         // SAFETY: map value of the thread running here; its own switches
         // (which write it) cannot run inside this IRQ.
-        let st = unsafe { &mut *st };
-        if st.off_kind != 0 {
-            let ts = now();
-            close_silence_window(st, state.last_sample_ts, ts);
+        Some(st) if unsafe { (*st).off_kind != 0 } => st,
+        _ => core::ptr::null_mut(),
+    };
+    if open.is_null() && waiting == 0 {
+        return;
+    }
+    let ts = now();
+    // When the current task arrived here (the idle task has no stamp).
+    let arrived = if cur != 0 {
+        // SAFETY: the helper returns the current task's BTF pointer.
+        arrival_ts(
+            state,
+            unsafe { bpf_get_current_task_btf() }.cast_const().cast(),
+            ts,
+        )
+    } else {
+        0
+    };
+    if waiting != 0 {
+        note_unseen_runner(state, waiting, from, arrived);
+    }
+    if !open.is_null() {
+        // SAFETY: as above.
+        let st = unsafe { &mut *open };
+        close_silence_window(st, state.last_sample_ts, ts);
+        let steal = steal_now(state);
+        let dated = arrived != 0
+            && Sink::at(ts, state).is_some_and(|sink| {
+                // SAFETY: `sink.cpu` is `state`, read only.
+                switched_in_unseen(&sink, unsafe { &*sink.cpu }, st, arrived, steal)
+            });
+        if !dated {
             st.off_kind = 0;
             st.run_ts = ts;
             st.rq = state.rq;
-            st.steal_mark = steal_now(state);
-            window_restart(st, ts);
+            st.steal_mark = steal;
         }
+        window_restart(st, ts);
     }
 }
 

@@ -46,6 +46,8 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     skc_daddr_offset: 0,
     skc_v6_daddr_offset: 56,
     tlb_flush_func: 0,
+    task_last_arrival_offset: 0,
+    rq_clock_offset: 0,
 });
 
 /// Ring of time buckets, per CPU.

@@ -11,12 +11,12 @@ use correlator_common::{
 
 use crate::{
     account::{
-        acct_add, acct_add_at, clock_steal_add, close_silence_window, ran_until,
-        rq_steal_at_switch, task_rq, window_restart,
+        acct_add, acct_add_at, arrival_ts, calibrate_rq_clock, clock_steal_add,
+        close_silence_window, ran_until, rq_steal_at_switch, task_rq, window_restart,
     },
     helpers::{
         Sink, USER_STACK, arg, count_one, cpu_id, cpu_state, current_tgid, is_target_tgid, now,
-        saved_syscall, stack_id, task_cpu, task_on_rq, task_pid, task_tgid,
+        saved_syscall, stack_id, task_cpu, task_on_rq, task_pid, task_tgid, total_add,
     },
     maps::{CHILD_TGIDS, CPU_RQS, CPUS, RECORDS, SYSCALL_SITES},
     threads::{thread, track, untrack},
@@ -45,13 +45,13 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let prev_is_target = prev_pid != 0 && is_target_tgid(tgid);
     let next = thread(next_pid);
     // SAFETY: per-CPU value; sched_switch runs with IRQs off.
-    let waiting = unsafe {
+    let (waiting, untraced_from) = unsafe {
         // The switch must start from the task the last one left current:
-        // if not, the kernel switched without tracing it in between.
-        if (*cpu).cur_known != 0
-            && (*cpu).cur_pid != prev_pid
-            && (prev_is_target || (*cpu).target_tid != 0)
-        {
+        // if not, the kernel switched without tracing it in between, and
+        // the task it had made current left unseen.
+        let untraced_from =
+            ((*cpu).cur_known != 0 && (*cpu).cur_pid != prev_pid).then_some((*cpu).cur_pid);
+        if untraced_from.is_some() && (prev_is_target || (*cpu).target_tid != 0) {
             (*cpu).totals[Total::UntracedSwitches as usize] += 1;
         }
         (*cpu).cur_pid = next_pid;
@@ -60,7 +60,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         // No spin outlives a switch (spinning disables preemption): a
         // contention whose end was never seen stops here.
         (*cpu).spin_lock = 0;
-        (*cpu).waiting_tid
+        ((*cpu).waiting_tid, untraced_from)
     };
     // SAFETY: per-CPU value.
     if unsafe { (*cpu).rq } == 0 && next_pid != 0 {
@@ -70,8 +70,21 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let ts = now();
+    // Put on this CPU by a switch the kernel did not trace: when, by the
+    // scheduler's own stamp (the idle task has none).
+    let arrived = if untraced_from.is_some() && prev_pid != 0 {
+        calibrate_rq_clock(cpu, task_rq(prev_task), ts);
+        // SAFETY: per-CPU value.
+        arrival_ts(unsafe { &*cpu }, prev_task, ts)
+    } else {
+        0
+    };
     if waiting != 0 {
-        note_runner(cpu, waiting, prev_pid, ts);
+        if let Some(from) = untraced_from {
+            // The task the last traced switch put here ran until then.
+            note_unseen_runner(cpu, waiting, from, arrived);
+        }
+        note_runner(cpu, waiting, prev_pid, ts, true);
     }
     if !prev_is_target && next.is_none() {
         return 0;
@@ -83,7 +96,15 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     // for the thread leaving and the one arriving.
     let rq = task_rq(if next.is_some() { next_task } else { prev_task });
     let steal = rq_steal_at_switch(rq);
+    calibrate_rq_clock(cpu, rq, ts);
     if prev_is_target {
+        // Switched in unseen: its wait ends at its arrival, not never.
+        if arrived != 0
+            && let Some(st) = thread(prev_pid)
+        {
+            // SAFETY: map value of the thread running here.
+            switched_in_unseen(&sink, unsafe { &*cpu }, unsafe { &mut *st }, arrived, steal);
+        }
         // The switching-out thread is still current: its kernel stack ends
         // in schedule() (userspace drops the tracing frames above it) and
         // its user stack is where it entered the kernel.
@@ -152,8 +173,11 @@ fn note_rq(cpu: *mut CpuState, task: *const u8) {
 /// there. Remember the task that ran longest in one go, which is the one
 /// that took the CPU (the first to run after the preemption is often only a
 /// short wakeup).
+///
+/// `current`: `prev` is the current task, whose comm can be read here;
+/// otherwise userspace names it from /proc by pid.
 #[inline(always)]
-pub(crate) fn note_runner(cpu: *mut CpuState, waiting: u32, prev_pid: u32, ts: u64) {
+pub(crate) fn note_runner(cpu: *mut CpuState, waiting: u32, prev_pid: u32, ts: u64, current: bool) {
     // SAFETY: per-CPU value and map values; IRQs are off in sched_switch.
     unsafe {
         let Some(w) = thread(waiting) else {
@@ -177,12 +201,56 @@ pub(crate) fn note_runner(cpu: *mut CpuState, waiting: u32, prev_pid: u32, ts: u
             // long enough to matter gets it here, userspace names the others
             // from /proc by pid.
             (*w).next_comm[0] = 0;
-            if ran >= config!(min_offcpu_record_ns) / 2 {
+            if current && ran >= config!(min_offcpu_record_ns) / 2 {
                 (*w).next_comm = aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0; 16]);
             }
         }
         (*cpu).last_switch_ts = ts;
     }
+}
+
+/// A target thread waits runnable on this CPU and a switch the kernel did
+/// not trace took `from` (the task the last traced switch made current)
+/// off it at `arrived` (0: undated): `from`'s slice ends there. Without
+/// this, the untraced task's whole slice went to whichever task the next
+/// traced switch found current (on this machine: the VM agent's threads,
+/// which no tracepoint sees leave, handing the CPU to rcu_preempt, which
+/// was then named for their milliseconds).
+#[inline(always)]
+pub(crate) fn note_unseen_runner(cpu: *mut CpuState, waiting: u32, from: u32, arrived: u64) {
+    // SAFETY: per-CPU value.
+    if arrived > unsafe { (*cpu).last_switch_ts } {
+        note_runner(cpu, waiting, from, arrived, false);
+    }
+}
+
+/// A target thread the kernel switched in without tracing it is found
+/// running (at its traced switch-out, or by an IRQ): its open off-CPU
+/// interval ends at `arrived`, the scheduler's own stamp of that switch-in
+/// in the probes' clock, and is recorded as a traced switch-in would
+/// have; the thread has run since. Returns whether it closed one (not
+/// when none is open, or when the stamp is older than the interval's
+/// start, which only an error in the clock conversion could make).
+/// `steal`: the run queue's steal clock now (the steal between the
+/// arrival and now goes unbooked).
+#[inline(always)]
+pub(crate) fn switched_in_unseen(
+    sink: &Sink,
+    cpu: &CpuState,
+    st: &mut ThreadState,
+    arrived: u64,
+    steal: u64,
+) -> bool {
+    if st.off_kind == 0 || arrived < st.off_ts {
+        return false;
+    }
+    total_add(Total::UnseenSwitchInsDated);
+    switch_in(sink, st, arrived);
+    st.run_ts = arrived;
+    st.rq = cpu.rq;
+    st.steal_mark = steal;
+    window_restart(st, arrived);
+    true
 }
 
 /// Task state bit of an uninterruptible sleep (`TASK_UNINTERRUPTIBLE`).

@@ -106,8 +106,8 @@ pub fn text(run: &RunFile) -> String {
     if run.losses.untraced_switches > 0 {
         let _ = writeln!(
             out,
-            "  UNTRACED SWITCHES: {} context switches of the target the kernel did not trace (found at the next IRQ or switch; the time before that is unexplained)",
-            run.losses.untraced_switches
+            "  UNTRACED SWITCHES: {} context switches of the target the kernel did not trace (found at the next IRQ or switch); {} switch-ins dated by the scheduler's own stamp, the time before the others unexplained",
+            run.losses.untraced_switches, run.losses.unseen_switch_ins_dated
         );
     }
     if let Some(s) = &run.server_latency {

@@ -411,6 +411,8 @@ impl Probes {
                 .member_offset("sock_common", "skc_v6_daddr")?
                 .into(),
             tlb_flush_func: crate::timeline::ipis::tlb_flush_func(),
+            task_last_arrival_offset: 0,
+            rq_clock_offset: 0,
         };
         let mut config = config;
         // Steal at ns resolution, reached from the task's run queue; kernels
@@ -427,6 +429,18 @@ impl Probes {
             config.cfs_rq_rq_offset = rq.into();
             config.rq_steal_offset = steal;
             config.rq_steal_copy_offset = copy.into();
+        }
+        // The scheduler's own stamp of a task's last switch-in, and the run
+        // queue clock it is in (reached through the task's run queue, as
+        // steal is): they date a switch-in the kernel did not trace.
+        if let (true, Ok(info), Ok(arrival), Ok(clock)) = (
+            config.task_cfs_rq_offset != 0,
+            kernel_btf.member_offset("task_struct", "sched_info"),
+            kernel_btf.member_offset("sched_info", "last_arrival"),
+            kernel_btf.member_offset("rq", "clock"),
+        ) {
+            config.task_last_arrival_offset = (info + arrival).into();
+            config.rq_clock_offset = clock.into();
         }
         if !cfg!(target_arch = "x86_64") {
             bail!("correlator knows the x86-64 syscall numbers only");
@@ -879,6 +893,7 @@ impl Probes {
         totals.runtime_pauses_lost = sum[Total::RuntimePausesLost as usize];
         totals.ipi_senders_lost = sum[Total::IpiSendersLost as usize];
         totals.untraced_switches = sum[Total::UntracedSwitches as usize];
+        totals.unseen_switch_ins_dated = sum[Total::UnseenSwitchInsDated as usize];
         totals.runtime_gcs = sum[Total::RuntimeGcs as usize];
         totals.samples = sum[Total::Samples as usize];
         totals.stack_collisions = sum[Total::StackCollisions as usize];

@@ -41,6 +41,9 @@ pub struct KernelTotals {
     /// Context switches of target threads the kernel made without tracing
     /// them (see `Total::UntracedSwitches`).
     pub untraced_switches: u64,
+    /// Of those, target switch-ins dated by the kernel's stamp (see
+    /// `Total::UnseenSwitchInsDated`).
+    pub unseen_switch_ins_dated: u64,
     /// Runtime garbage collections that target threads ran (USDT).
     pub runtime_gcs: u64,
     /// On-CPU samples taken of target threads.
@@ -95,6 +98,9 @@ impl KernelTotals {
         d.untraced_switches = d
             .untraced_switches
             .saturating_sub(earlier.untraced_switches);
+        d.unseen_switch_ins_dated = d
+            .unseen_switch_ins_dated
+            .saturating_sub(earlier.unseen_switch_ins_dated);
         d.runtime_gcs = d.runtime_gcs.saturating_sub(earlier.runtime_gcs);
         d.syscall_records_lost = d
             .syscall_records_lost

@@ -164,11 +164,17 @@ pub struct Losses {
     #[serde(default)]
     pub stack_errors: u64,
     /// Context switches of target threads the kernel made without firing
-    /// sched_switch, found by the next IRQ or switch on the CPU: the
-    /// thread's time between the last traced switch and that moment is
-    /// unexplained. Not in `total` (no record was dropped).
+    /// sched_switch, found by the next IRQ or switch on the CPU: unless
+    /// the switch-in is dated (below), the thread's time between the last
+    /// traced switch and that moment is unexplained. Not in `total` (no
+    /// record was dropped).
     #[serde(default)]
     pub untraced_switches: u64,
+    /// Of those, target switch-ins dated by the scheduler's own stamp
+    /// (`sched_info.last_arrival`): the off-CPU interval before them was
+    /// recorded up to it, not left unexplained.
+    #[serde(default)]
+    pub unseen_switch_ins_dated: u64,
 }
 
 impl Losses {
@@ -517,6 +523,7 @@ impl RunFile {
             stacks_missing: c.stacks.missing,
             stack_errors: c.kernel.stack_errors,
             untraced_switches: c.kernel.untraced_switches,
+            unseen_switch_ins_dated: c.kernel.unseen_switch_ins_dated,
         };
         let syscall_totals = c
             .kernel

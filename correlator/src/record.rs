@@ -231,6 +231,7 @@ pub async fn capture(
         w.close(ended_ns, probes.costs());
     }
     let syscall_path = probes.syscall_path();
+    let hook_dispatch = probes.hook_dispatch();
     let steal_measured = probes.steal_measured();
     let memory_missing = probes.memory_missing().to_vec();
     let runtime_gc_note = probes.runtime_gc_note();
@@ -333,6 +334,7 @@ pub async fn capture(
             stats_enabled,
             programs,
             syscall_path,
+            hook_dispatch,
             sampled_ns,
         },
         notes,

@@ -76,6 +76,15 @@ live_test! {
                 .as_array()
                 .is_some_and(|p| !p.is_empty())
         );
+        // The hooks' dispatch, calibrated at attach on the socket hooks and
+        // applied to every program's runs.
+        let d = &r["overhead"]["hook_dispatch"];
+        assert!(
+            d["runs"].as_u64().is_some_and(|n| n > 10_000)
+                && d["measured"]["programs_ns"].as_f64().is_some_and(|p| p > 0.0)
+                && d["measured"]["unhooked_ns"].as_f64().is_some_and(|u| u > 0.0),
+            "{d:#}"
+        );
         let html = std::fs::read_to_string(dir.join("r.html")).expect("html");
         assert!(html.contains("<svg") && html.contains("PERIODIC"));
 

@@ -116,7 +116,7 @@ impl ThreadTable {
 
 /// The syscall hooks (`--syscall-time exact`), attached on their own by
 /// [`attach_syscall_hooks`].
-pub(super) const SYSCALL_HOOKS: [&str; 2] = ["sys_enter", "sys_exit"];
+pub const SYSCALL_HOOKS: [&str; 2] = ["sys_enter", "sys_exit"];
 
 /// Attaches every program but the syscall hooks.
 pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &aya::Btf, sample_period_ns: u64) -> Result<()> {
@@ -263,16 +263,26 @@ pub(super) fn attach_syscall_hooks(
         ebpf,
         &SYSCALL_HOOKS,
         unhooked_ns,
+        super::calibrate::time_syscalls,
     ))
 }
 
-fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, btf: &aya::Btf) -> Result<()> {
-    let program: &mut BtfTracePoint = ebpf
+fn btf_program<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut BtfTracePoint> {
+    Ok(ebpf
         .program_mut(prog)
         .with_context(|| format!("program {prog} missing from the eBPF object"))?
-        .try_into()?;
-    program.load(prog, btf).map_err(|e| refused(prog, &e))?;
-    program
+        .try_into()?)
+}
+
+fn load_tracepoint(ebpf: &mut Ebpf, prog: &str, btf: &aya::Btf) -> Result<()> {
+    btf_program(ebpf, prog)?
+        .load(prog, btf)
+        .map_err(|e| refused(prog, &e))
+}
+
+fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, btf: &aya::Btf) -> Result<()> {
+    load_tracepoint(ebpf, prog, btf)?;
+    btf_program(ebpf, prog)?
         .attach()
         .with_context(|| format!("cannot attach to BTF tracepoint {prog}"))?;
     Ok(())
@@ -314,19 +324,55 @@ pub(super) struct SocketUse {
     pub upstreams: bool,
 }
 
+/// The socket transfer hooks: the ones the dispatch calibration fires.
+const SOCKET_TRANSFERS: [&str; 2] = ["sock_recv_length", "sock_send_length"];
+
 /// Attaches the socket layer's tracepoints for what `used` asks (the
-/// caller checked the kernel has them).
+/// caller checked the kernel has them). Returns the dispatch cost per hook
+/// run measured around the transfer hooks (see `calibrate`), when they
+/// were attached and it could be measured.
 pub(super) fn attach_sockets(
     ebpf: &mut Ebpf,
     btf: &aya::Btf,
     sockets: SocketHooks,
     used: SocketUse,
-) -> Result<()> {
+) -> Result<Option<super::calibrate::HookDispatchCost>> {
     if !(used.pairing || used.upstreams) {
-        return Ok(());
+        return Ok(None);
     }
-    for prog in ["sock_recv_length", "sock_send_length"] {
-        attach_tracepoint(ebpf, prog, btf)?;
+    for prog in SOCKET_TRANSFERS {
+        load_tracepoint(ebpf, prog, btf)?;
+    }
+    // Attached and detached in turns while round trips are timed: the
+    // difference is a few percent of a round trip, and this host's speed
+    // drifts by more between two blocks of batches.
+    let mut links = Vec::new();
+    let dispatch = match super::calibrate::SocketPair::new() {
+        Ok(pair) => super::calibrate::interleaved(
+            ebpf,
+            &SOCKET_TRANSFERS,
+            |ebpf, on| {
+                for prog in SOCKET_TRANSFERS {
+                    let program = btf_program(ebpf, prog)?;
+                    if on {
+                        links.push((prog, program.attach()?));
+                    } else if let Some(i) = links.iter().position(|(p, _)| *p == prog) {
+                        program.detach(links.swap_remove(i).1)?;
+                    }
+                }
+                Ok(())
+            },
+            || pair.round_trip(),
+        )?,
+        Err(e) => {
+            log::info!("hook dispatch not measured (socketpair: {e})");
+            None
+        }
+    };
+    for prog in SOCKET_TRANSFERS {
+        btf_program(ebpf, prog)?
+            .attach()
+            .with_context(|| format!("cannot attach to BTF tracepoint {prog}"))?;
     }
     if sockets.lifecycle {
         attach_tracepoint(ebpf, "inet_sock_set_state", btf)?;
@@ -337,7 +383,7 @@ pub(super) fn attach_sockets(
     if used.pairing && !used.arrival {
         log::info!("server-side latency starts at the first read of each request");
     }
-    Ok(())
+    Ok(dispatch)
 }
 
 /// Attaches the passive request-latency programs (the socket tracepoints

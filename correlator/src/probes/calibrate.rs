@@ -1,11 +1,20 @@
-//! What the opt-in syscall hooks cost that their programs' run time does
-//! not show: attaching any program to `sys_enter`/`sys_exit` sends every
-//! syscall of every task on the machine through the kernel's slow entry
-//! path (docs/overhead.md: empty programs there cost a syscall-bound load
-//! 25-40%). The kernel's BPF statistics time the programs, not that path,
-//! so it is measured here, on this machine, when the hooks attach: a
-//! cheap syscall timed in batches before and after, less the programs' own
-//! time per call over the same batches (from the statistics).
+//! What hooks cost that their programs' run time does not show, measured
+//! here, on this machine, when they attach: a cheap operation that fires
+//! them timed in batches before and after, less the programs' own time
+//! per call over the same batches (from the kernel's BPF statistics,
+//! which time the programs, not the path to them).
+//!
+//! - The opt-in syscall hooks: attaching any program to
+//!   `sys_enter`/`sys_exit` sends every syscall of every task on the
+//!   machine through the kernel's slow entry path (docs/overhead.md: empty
+//!   programs there cost a syscall-bound load 25-40%). Timed on `getppid()`.
+//! - Every other hook's dispatch: the tracepoint's call into the BPF
+//!   program (retpolines and return thunks on CPUs that need them), paid by
+//!   every event of every task at that tracepoint, the target's or not
+//!   (docs/overhead.md: on redis at saturation, the hooks with empty
+//!   programs cost about what `watch` costs). Timed on a datagram sent
+//!   and read back over a socketpair, which fires the two socket transfer
+//!   hooks once each.
 
 use std::time::Instant;
 
@@ -20,39 +29,150 @@ const BATCH: u32 = 20_000;
 /// Batches on each side; the fastest one stands (the least disturbed).
 const BATCHES: usize = 7;
 
-/// The syscall path's cost per syscall, measured at attach.
+/// One operation's cost with and without hooks, measured at attach.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SyscallPathCost {
-    /// ns per `getppid()` before the hooks attached (fastest batch).
+pub struct HookedTiming {
+    /// ns per operation before the hooks attached (fastest batch).
     pub unhooked_ns: f64,
-    /// ns per `getppid()` with the hooks (fastest batch).
+    /// ns per operation with the hooks (fastest batch).
     pub hooked_ns: f64,
-    /// The hooks' programs' own ns per call over the hooked batches (BPF
-    /// statistics): already in the programs' run time.
+    /// The hooks' programs' own ns per operation over the hooked batches
+    /// (BPF statistics): already in the programs' run time.
     pub programs_ns: f64,
 }
 
-impl SyscallPathCost {
-    /// What every syscall on the machine paid beyond the programs' run
-    /// time (never below 0: a difference inside the batches' noise).
+/// The syscall hooks' slow path, per `getppid()`.
+pub type SyscallPathCost = HookedTiming;
+
+/// The socket transfer hooks, per datagram sent and read back: one run of
+/// each of the two ([`DISPATCHES_PER_ROUND_TRIP`]).
+pub type HookDispatchCost = HookedTiming;
+
+/// Hook runs per socketpair round trip: `sock_send_length` and
+/// `sock_recv_length`, once each.
+pub const DISPATCHES_PER_ROUND_TRIP: f64 = 2.0;
+
+impl HookedTiming {
+    /// What each operation paid beyond the programs' run time (never below
+    /// 0: a difference inside the batches' noise).
     pub fn extra_ns(&self) -> f64 {
         (self.hooked_ns - self.unhooked_ns - self.programs_ns).max(0.0)
     }
+
+    /// For the socket round trip: the dispatch of one hook run.
+    pub fn extra_ns_per_dispatch(&self) -> f64 {
+        self.extra_ns() / DISPATCHES_PER_ROUND_TRIP
+    }
 }
 
-/// The fastest of [`BATCHES`] batches of `getppid()`, ns per call.
-pub(super) fn time_syscalls() -> f64 {
+/// The fastest of [`BATCHES`] batches of `op`, ns per call.
+fn fastest_batch(mut op: impl FnMut()) -> f64 {
     (0..BATCHES)
         .map(|_| {
             let start = Instant::now();
             for _ in 0..BATCH {
-                // SAFETY: getppid has no preconditions; glibc does not
-                // cache it, so each call enters the kernel.
-                std::hint::black_box(unsafe { libc::getppid() });
+                op();
             }
             start.elapsed().as_nanos() as f64 / f64::from(BATCH)
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// The fastest of [`BATCHES`] batches of `getppid()`, ns per call.
+pub(super) fn time_syscalls() -> f64 {
+    fastest_batch(|| {
+        // SAFETY: getppid has no preconditions; glibc does not cache it,
+        // so each call enters the kernel.
+        std::hint::black_box(unsafe { libc::getppid() });
+    })
+}
+
+/// A connected pair of Unix datagram sockets: both transfer hooks fire for
+/// every socket family, and nothing else does (no softirq, no wakeup).
+pub(super) struct SocketPair(
+    std::os::unix::net::UnixDatagram,
+    std::os::unix::net::UnixDatagram,
+);
+
+impl SocketPair {
+    pub(super) fn new() -> std::io::Result<Self> {
+        let (a, b) = std::os::unix::net::UnixDatagram::pair()?;
+        Ok(Self(a, b))
+    }
+
+    /// One byte sent on one end and read on the other.
+    pub(super) fn round_trip(&self) {
+        let mut byte = [0u8; 1];
+        // A failure only makes the batch cheaper (and the difference
+        // smaller); a 1-byte datagram into an empty queue does not fail.
+        let _ = self.0.send(&byte);
+        let _ = self.1.recv(&mut byte);
+    }
+}
+
+/// Rounds of [`interleaved`]: a batch without the hooks, then one with.
+const ROUNDS: usize = 15;
+/// Operations per batch of [`interleaved`]: ~10 ms of socket round trips
+/// here, so that a round's two batches see the same host.
+const ROUND_BATCH: u32 = 5_000;
+
+/// Times `op` (one operation running every hook in `names` once) in
+/// [`ROUNDS`] rounds of a batch without the hooks and a batch with them
+/// (`set_hooked` attaches or detaches them; left detached). Each side is
+/// its median batch, and the difference between them the median of the
+/// rounds' own differences (`hooked_ns` is `unhooked_ns` plus it): this
+/// host's speed drifts and jumps by more than the difference between
+/// rounds, less within one. None without the BPF statistics.
+pub(super) fn interleaved(
+    ebpf: &mut Ebpf,
+    names: &[&str],
+    mut set_hooked: impl FnMut(&mut Ebpf, bool) -> anyhow::Result<()>,
+    mut op: impl FnMut(),
+) -> anyhow::Result<Option<HookedTiming>> {
+    let mut batch = || {
+        let start = Instant::now();
+        for _ in 0..ROUND_BATCH {
+            op();
+        }
+        start.elapsed().as_nanos() as f64 / f64::from(ROUND_BATCH)
+    };
+    let Some(before) = stats_of(ebpf, names) else {
+        return Ok(None);
+    };
+    let mut unhooked = Vec::with_capacity(ROUNDS);
+    let mut differences = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let without = batch();
+        set_hooked(ebpf, true)?;
+        let with = batch();
+        set_hooked(ebpf, false)?;
+        unhooked.push(without);
+        differences.push(with - without);
+    }
+    let Some(after) = stats_of(ebpf, names) else {
+        return Ok(None);
+    };
+    let unhooked_ns = crate::stats::median(&unhooked);
+    let hooked_ns = unhooked_ns + crate::stats::median(&differences);
+    Ok(
+        programs_ns_per_call(before, after, names.len()).map(|programs_ns| HookedTiming {
+            unhooked_ns,
+            hooked_ns,
+            programs_ns,
+        }),
+    )
+}
+
+/// The programs' summed time per call between two readings of their
+/// statistics, each call running each of `hooks` programs once. None when
+/// nothing ran (the statistics are off).
+fn programs_ns_per_call(before: (u64, u64), after: (u64, u64), hooks: usize) -> Option<f64> {
+    let runs = after.1.saturating_sub(before.1);
+    if runs == 0 {
+        return None;
+    }
+    let calls = runs as f64 / hooks as f64;
+    Some(after.0.saturating_sub(before.0) as f64 / calls)
 }
 
 /// Run time and run count of the programs named in `names`, summed.
@@ -63,23 +183,21 @@ fn stats_of(ebpf: &Ebpf, names: &[&str]) -> Option<(u64, u64)> {
     })
 }
 
-/// Times `getppid()` with the hooks `names` attached, given `unhooked_ns`
-/// timed before they were. None without the BPF statistics (the programs'
-/// share of the difference is then unknown).
-pub(super) fn with_hooks(ebpf: &Ebpf, names: &[&str], unhooked_ns: f64) -> Option<SyscallPathCost> {
+/// Times `time` (one operation, each running every hook in `names` once)
+/// with the hooks attached, given `unhooked_ns` timed before they were.
+/// None without the BPF statistics (the programs' share of the difference
+/// is then unknown).
+pub(super) fn with_hooks(
+    ebpf: &Ebpf,
+    names: &[&str],
+    unhooked_ns: f64,
+    time: impl FnOnce() -> f64,
+) -> Option<HookedTiming> {
     let before = stats_of(ebpf, names)?;
-    let hooked_ns = time_syscalls();
+    let hooked_ns = time();
     let after = stats_of(ebpf, names)?;
-    let runs = after.1.saturating_sub(before.1);
-    if runs == 0 {
-        // The statistics are off: nothing was timed.
-        return None;
-    }
-    // Each call runs every hook once: the programs' ns per call is their
-    // summed time over the calls (one run of each per call).
-    let calls = runs as f64 / names.len() as f64;
-    let programs_ns = after.0.saturating_sub(before.0) as f64 / calls;
-    Some(SyscallPathCost {
+    let programs_ns = programs_ns_per_call(before, after, names.len())?;
+    Some(HookedTiming {
         unhooked_ns,
         hooked_ns,
         programs_ns,
@@ -103,5 +221,7 @@ mod tests {
             ..c
         };
         assert_eq!(noise.extra_ns(), 0.0);
+        // Two hook runs per socket round trip.
+        assert!((c.extra_ns_per_dispatch() - 30.0).abs() < 1e-9);
     }
 }

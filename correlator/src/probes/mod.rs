@@ -11,7 +11,7 @@ mod totals;
 pub mod tracefs;
 pub mod usdt;
 
-pub use attach::{PERF_EVENTS, TRACEPOINTS};
+pub use attach::{PERF_EVENTS, SYSCALL_HOOKS, TRACEPOINTS};
 use attach::{
     SocketHooks, SocketUse, ThreadTable, attach_all, attach_memory, attach_passive,
     attach_runtime_gc, attach_sockets, bpf_stats_sysctl_on, load_error,
@@ -229,6 +229,9 @@ pub struct Probes {
     /// What the syscall hooks cost every syscall beyond their programs'
     /// run time, measured when they attached (None without them).
     syscall_path: Option<calibrate::SyscallPathCost>,
+    /// The dispatch cost per hook run beyond the programs' time, measured
+    /// when the socket transfer hooks attached.
+    hook_dispatch: Option<calibrate::HookDispatchCost>,
     stacks: StackTraceMap<MapData>,
     /// Stacks whose slot in `stacks` held another one; their ids are
     /// offset by `STACK_SLOTS`.
@@ -523,7 +526,7 @@ impl Probes {
                     .context("writing LISTEN_PORTS")?;
             }
         }
-        attach_sockets(
+        let hook_dispatch = attach_sockets(
             &mut ebpf,
             &aya_btf,
             sockets,
@@ -562,6 +565,7 @@ impl Probes {
             device_irqs: take_map(&mut ebpf, "DEVICE_IRQS")?,
             memory_missing,
             syscall_path,
+            hook_dispatch,
             stacks: take_map(&mut ebpf, "STACKS")?,
             stacks_overflow: take_map(&mut ebpf, "STACKS_OVERFLOW")?,
             names: std::collections::HashMap::new(),
@@ -650,6 +654,10 @@ impl Probes {
     /// their programs' run time, measured when they attached.
     pub fn syscall_path(&self) -> Option<calibrate::SyscallPathCost> {
         self.syscall_path
+    }
+
+    pub fn hook_dispatch(&self) -> Option<calibrate::HookDispatchCost> {
+        self.hook_dispatch
     }
 
     pub fn stats_enabled(&self) -> bool {

@@ -557,7 +557,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 {server_side}
 <h2>Where each episode's time went</h2>{account}
 {flame}
-<h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run{sampled}){slow_path}; lost kernel records/events: {lost}</p>
+<h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run{sampled}){slow_path}{dispatch}; lost kernel records/events: {lost}</p>
 <ul>{notes}</ul></body></html>"#,
         comm = esc(&r.target.comm),
         heat = heatmaps(r),
@@ -591,6 +591,14 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
             ", and the syscall hooks' slow path {:.1} ms more ({:.0} ns × {} syscalls on the machine, measured at attach; not in the programs' time)",
             p.cpu_ms, p.ns_per_syscall, p.syscalls
         )),
+        dispatch = r.overhead.hook_dispatch.as_ref().map_or(String::new(), |d| if d.ns_per_run > 0.0 {
+            format!(
+                ", and the hooks' dispatch {:.1} ms more, of every task that hit them ({:.0} ns × {} runs, measured at attach on the socket hooks and taken for every hook; not in the programs' time)",
+                d.cpu_ms, d.ns_per_run, d.runs
+            )
+        } else {
+            ", and the hooks' dispatch (not measured above this host's noise at attach)".to_string()
+        }),
         lost = r.events.lost,
     )
 }

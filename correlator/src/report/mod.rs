@@ -48,6 +48,10 @@ pub struct OverheadReport {
     /// own time does not include.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syscall_path: Option<SyscallPathReport>,
+    /// Every other hook's dispatch (the tracepoint's call into its
+    /// program), which the programs' own time does not include either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_dispatch: Option<HookDispatchReport>,
 }
 
 /// The syscall hooks' cost beyond their programs' run time over the run:
@@ -60,6 +64,42 @@ pub struct SyscallPathReport {
     pub cpu_ms: f64,
     /// The calibration it comes from.
     pub measured: crate::probes::calibrate::SyscallPathCost,
+}
+
+/// The hooks' dispatch over the run: the cost of one hook run beyond its
+/// program's time, measured when the socket transfer hooks attached, times
+/// every program's runs but the syscall hooks' (their path is
+/// [`SyscallPathReport`]'s). One figure for every hook: measured at the
+/// socket ones, taken to hold at the others (the same call into a BPF
+/// program from a tracepoint).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HookDispatchReport {
+    pub ns_per_run: f64,
+    pub runs: u64,
+    pub cpu_ms: f64,
+    /// The calibration it comes from (per socket round trip: two runs).
+    pub measured: crate::probes::calibrate::HookDispatchCost,
+}
+
+impl HookDispatchReport {
+    fn of(
+        measured: Option<crate::probes::calibrate::HookDispatchCost>,
+        programs: &[ProgramOverhead],
+    ) -> Option<Self> {
+        let measured = measured?;
+        let runs: u64 = programs
+            .iter()
+            .filter(|p| !crate::probes::SYSCALL_HOOKS.contains(&p.name.as_str()))
+            .map(|p| p.run_count)
+            .sum();
+        let ns_per_run = measured.extra_ns_per_dispatch();
+        Some(Self {
+            ns_per_run,
+            runs,
+            cpu_ms: ns_per_run * runs as f64 / 1e6,
+            measured,
+        })
+    }
 }
 
 impl OverheadReport {
@@ -342,6 +382,7 @@ impl Report {
                 probes_cpu_ms: probes_ns / 1e6,
                 probes_cpu_share: probes_ns / run.duration_ns().max(1) as f64,
                 syscall_path: SyscallPathReport::of(run.overhead.syscall_path, &programs),
+                hook_dispatch: HookDispatchReport::of(run.overhead.hook_dispatch, &programs),
                 stats_sampled_ns: run.overhead.sampled_ns,
                 programs,
             },

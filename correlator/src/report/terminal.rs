@@ -219,6 +219,24 @@ pub fn render(r: &Report) -> String {
             p.measured.programs_ns
         );
     }
+    if let Some(d) = &r.overhead.hook_dispatch {
+        let measured = format!(
+            "a socketpair round trip {:.0} → {:.0} ns with the two socket hooks, {:.0} ns of it their programs, measured at attach",
+            d.measured.unhooked_ns, d.measured.hooked_ns, d.measured.programs_ns
+        );
+        let _ = if d.ns_per_run > 0.0 {
+            writeln!(
+                out,
+                "           + the hooks' dispatch, not in the programs' time: {:.1} ms of CPU, of every task that hit them ({:.0} ns × {} runs; {measured} and taken for every hook)",
+                d.cpu_ms, d.ns_per_run, d.runs
+            )
+        } else {
+            writeln!(
+                out,
+                "           + the hooks' dispatch, not in the programs' time: not measured above this host's noise ({measured})"
+            )
+        };
+    }
     if e.lost > 0 {
         let _ = writeln!(
             out,

@@ -228,6 +228,10 @@ pub struct Overhead {
     /// beyond their programs' run time, measured when they attached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syscall_path: Option<crate::probes::calibrate::SyscallPathCost>,
+    /// What a hook run costs beyond its program's run time (its dispatch),
+    /// measured when the socket transfer hooks attached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_dispatch: Option<crate::probes::calibrate::HookDispatchCost>,
     /// How long the BPF statistics were sampled (`programs` covers those
     /// windows: see `probes::stats_windows`); None: the whole run (runs
     /// written before the statistics were sampled, watch's windows).

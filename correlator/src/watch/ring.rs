@@ -179,6 +179,7 @@ impl FlightRecorder {
         let mut thread_names = BTreeMap::new();
         w.target.thread_names(w.follow_children, &mut thread_names);
         let syscall_path = w.probes.and_then(Probes::syscall_path);
+        let hook_dispatch = w.probes.and_then(Probes::hook_dispatch);
         let stacks = match (w.stacks, w.probes) {
             (true, Some(p)) => crate::symbols::symbolize(w.target.pid, &p.raw_stacks(&timeline)),
             _ => Default::default(),
@@ -204,6 +205,7 @@ impl FlightRecorder {
                 stats_enabled: !w.programs.is_empty(),
                 programs: w.programs,
                 syscall_path,
+                hook_dispatch,
                 // Already scaled to the window by watch (its own sampled second).
                 sampled_ns: None,
             },

@@ -157,7 +157,15 @@ live_test! {
     /// loop ends: every goroutine, the serving ones included, waits about
     /// 38 ms. The server times each of those stops itself (CLOCK_MONOTONIC,
     /// from just before runtime.GC() to its loop's first call after the
-    /// world restarted) as the outside truth. The report must name Go's
+    /// world restarted), and Go counts each collection's pause itself
+    /// (MemStats.PauseNs): the outside truth of a stop is its start by the
+    /// server's clock, and its end the earlier of the server's and the
+    /// start plus Go's pause. Both ends come after the restart; the
+    /// server's alone is late by however long its spinning thread then
+    /// waits for the CPU (pinned beside the serving thread): 10 of 11
+    /// stops agreed with Go's pause within 0.25 ms in one CI run, one
+    /// ended 4.49 ms after it (52.97 ms against Go's 48.48 and the
+    /// probes' 48.37), which failed the test. The report must name Go's
     /// garbage collection (a stopped world) as the top cause, periodic with
     /// the stops' own period within 5%; and in every episode that a stop
     /// overlaps by at least 5 ms, the measured pause time must be the
@@ -197,11 +205,31 @@ live_test! {
         let _ = server.0.wait();
         let truth: Value =
             serde_json::from_str(&std::fs::read_to_string(&facts).expect("the server's facts")).expect("facts json");
+        let pauses: Vec<u64> = truth["gc_pauses"]
+            .as_array()
+            .expect("gc_pauses")
+            .iter()
+            .map(|p| p.as_u64().expect("pause"))
+            .collect();
         let stops: Vec<(u64, u64)> = truth["stops"]
             .as_array()
             .expect("stops")
             .iter()
             .map(|c| (c[0].as_u64().expect("start"), c[1].as_u64().expect("end")))
+            .collect();
+        // One collection per stop, both in order: Go's pauses pair with
+        // the stops only when no other collection ran.
+        assert_eq!(
+            pauses.len(),
+            stops.len(),
+            "Go counted {} collections for {} stops: {truth}",
+            pauses.len(),
+            stops.len()
+        );
+        let stops: Vec<(u64, u64)> = stops
+            .iter()
+            .zip(&pauses)
+            .map(|(&(start, end), &pause)| (start, end.min(start + pause)))
             .collect();
         let long: Vec<(u64, u64)> = stops.iter().copied().filter(|(s, e)| e - s >= 10_000_000).collect();
         eprintln!(

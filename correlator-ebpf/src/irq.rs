@@ -162,11 +162,10 @@ pub(crate) fn resync_current(state: &mut CpuState) {
         let st = unsafe { &mut *open };
         close_silence_window(st, state.last_sample_ts, ts);
         let steal = steal_now(state);
+        let rq = state.rq;
         let dated = arrived != 0
-            && Sink::at(ts, state).is_some_and(|sink| {
-                // SAFETY: `sink.cpu` is `state`, read only.
-                switched_in_unseen(&sink, unsafe { &*sink.cpu }, st, arrived, steal)
-            });
+            && Sink::at(ts, state)
+                .is_some_and(|sink| switched_in_unseen(&sink, rq, st, arrived, steal));
         if !dated {
             st.off_kind = 0;
             st.run_ts = ts;

@@ -102,8 +102,14 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         if arrived != 0
             && let Some(st) = thread(prev_pid)
         {
-            // SAFETY: map value of the thread running here.
-            switched_in_unseen(&sink, unsafe { &*cpu }, unsafe { &mut *st }, arrived, steal);
+            // SAFETY: per-CPU value; map value of the thread running here.
+            switched_in_unseen(
+                &sink,
+                unsafe { (*cpu).rq },
+                unsafe { &mut *st },
+                arrived,
+                steal,
+            );
         }
         // The switching-out thread is still current: its kernel stack ends
         // in schedule() (userspace drops the tracing frames above it) and
@@ -231,12 +237,12 @@ pub(crate) fn note_unseen_runner(cpu: *mut CpuState, waiting: u32, from: u32, ar
 /// have; the thread has run since. Returns whether it closed one (not
 /// when none is open, or when the stamp is older than the interval's
 /// start, which only an error in the clock conversion could make).
-/// `steal`: the run queue's steal clock now (the steal between the
-/// arrival and now goes unbooked).
+/// `rq`: this CPU's run queue (`CpuState::rq`); `steal`: its steal clock
+/// now (the steal between the arrival and now goes unbooked).
 #[inline(always)]
 pub(crate) fn switched_in_unseen(
     sink: &Sink,
-    cpu: &CpuState,
+    rq: u64,
     st: &mut ThreadState,
     arrived: u64,
     steal: u64,
@@ -247,7 +253,7 @@ pub(crate) fn switched_in_unseen(
     total_add(Total::UnseenSwitchInsDated);
     switch_in(sink, st, arrived);
     st.run_ts = arrived;
-    st.rq = cpu.rq;
+    st.rq = rq;
     st.steal_mark = steal;
     window_restart(st, arrived);
     true

@@ -214,10 +214,14 @@ pub enum Total {
     /// dated by the kernel's stamp, whose off-CPU interval was recorded to
     /// there (the others' stayed unexplained).
     UnseenSwitchInsDated = NUM_COUNTERS as u32 + 20,
+    /// A target thread opened an outbound TCP connection (moved a socket
+    /// to SYN_SENT in `connect()`): userspace attaches the upstream hooks,
+    /// held back until the target has an upstream (see `Probes::drain`).
+    UpstreamConnects = NUM_COUNTERS as u32 + 21,
 }
 
 /// First slot of the per-[`IrqKind`] counts in the totals array.
-pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 21;
+pub const TOTAL_IRQ_KIND_BASE: u32 = NUM_COUNTERS as u32 + 22;
 /// Number of slots in the totals array.
 pub const NUM_TOTALS: u32 = TOTAL_IRQ_KIND_BASE + NUM_IRQ_KINDS as u32;
 

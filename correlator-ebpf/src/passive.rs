@@ -363,6 +363,7 @@ fn mark_seen(slot: u32, bit: u32) {
 
 /// TCP states (include/net/tcp_states.h).
 const TCP_ESTABLISHED: i32 = 1;
+const TCP_SYN_SENT: i32 = 2;
 const TCP_SYN_RECV: i32 = 3;
 const TCP_CLOSE: i32 = 7;
 const TCP_LISTEN: i32 = 10;
@@ -383,6 +384,15 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> i32 {
     // An `int` argument: the low 32 bits of its slot.
     let state = arg::<u64>(&ctx, 2) as u32 as i32;
     let sk: u64 = arg(&ctx, 0);
+    if state == TCP_SYN_SENT {
+        // The target connects out: an upstream, whose transfers userspace
+        // then starts hooking (held back while it has none, as every
+        // socket transfer on the machine pays for the hooks).
+        if config!(upstreams) != 0 && is_target_tgid((bpf_get_current_pid_tgid() >> 32) as u32) {
+            total_add(Total::UpstreamConnects);
+        }
+        return 0;
+    }
     if matches!(state, TCP_ESTABLISHED | TCP_SYN_RECV | TCP_CLOSE) {
         let _ = CONNS.remove(&sk);
         if config!(upstreams) != 0 {

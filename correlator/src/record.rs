@@ -235,6 +235,7 @@ pub async fn capture(
     let steal_measured = probes.steal_measured();
     let memory_missing = probes.memory_missing().to_vec();
     let runtime_gc_note = probes.runtime_gc_note();
+    let upstream_note = probes.upstream_note(started_ns);
     let runtime_gc = probes.runtime_gc_run(0);
     let crate::probes::Finished {
         programs: all_programs,
@@ -300,6 +301,7 @@ pub async fn capture(
         ));
     }
     notes.extend(runtime_gc_note);
+    notes.extend(upstream_note);
     if !steal_measured {
         notes.push(
             "this kernel has no run-queue steal clock the probes can read (needs paravirt steal accounting and group scheduling): hypervisor steal was not measured and shows as on-CPU time".into(),

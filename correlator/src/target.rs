@@ -81,19 +81,7 @@ impl Target {
     /// accepted; its other TCP connections are upstreams it opened.
     pub fn listening_ports(&self) -> Vec<u16> {
         let dir = proc_path(self.pid);
-        let inodes: std::collections::HashSet<u64> = fs::read_dir(dir.join("fd"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| fs::read_link(e.path()).ok())
-            .filter_map(|l| {
-                l.to_str()?
-                    .strip_prefix("socket:[")?
-                    .strip_suffix(']')?
-                    .parse()
-                    .ok()
-            })
-            .collect();
+        let inodes = socket_inodes(&dir);
         let mut ports: Vec<u16> = ["net/tcp", "net/tcp6"]
             .iter()
             .filter_map(|t| fs::read_to_string(dir.join(t)).ok())
@@ -102,6 +90,25 @@ impl Target {
         ports.sort_unstable();
         ports.dedup();
         ports
+    }
+
+    /// Whether the target (and with `children` its descendants) has a
+    /// connection it opened: a TCP socket connecting or established, or a
+    /// connected UDP socket, whose local port it does not listen on.
+    pub fn has_upstream(&self, children: bool) -> bool {
+        let listening = self.listening_ports();
+        let mut tgids = vec![self.pid];
+        if children {
+            tgids.extend(descendants(self.pid));
+        }
+        tgids.into_iter().any(|tgid| {
+            let dir = proc_path(tgid);
+            let inodes = socket_inodes(&dir);
+            ["net/tcp", "net/tcp6", "net/udp", "net/udp6"]
+                .iter()
+                .filter_map(|t| fs::read_to_string(dir.join(t)).ok())
+                .any(|table| outbound_in(&table, &inodes, &listening))
+        })
     }
 
     /// (tgid, tid) of every thread of the target, and with `children` of
@@ -437,6 +444,46 @@ mod tests {
 
 /// Local ports of the LISTEN sockets (state 0A) of a /proc/net/tcp table
 /// whose inode is one of `inodes`.
+/// The inodes of the sockets among the descriptors of the process whose
+/// /proc directory is `dir`.
+fn socket_inodes(dir: &std::path::Path) -> std::collections::HashSet<u64> {
+    fs::read_dir(dir.join("fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            l.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Whether a /proc/net/{tcp,udp}[6] `table` holds a socket of `inodes`
+/// with a peer (TCP established or connecting, UDP connected: state 01
+/// or 02 and a remote port) on a local port not in `listening`.
+fn outbound_in(table: &str, inodes: &std::collections::HashSet<u64>, listening: &[u16]) -> bool {
+    table.lines().skip(1).any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+        let (Some(local), Some(remote), Some(state), Some(inode)) = (
+            f.get(1).and_then(|a| port(a)),
+            f.get(2).and_then(|a| port(a)),
+            f.get(3),
+            f.get(9).and_then(|i| i.parse::<u64>().ok()),
+        ) else {
+            return false;
+        };
+        matches!(*state, "01" | "02")
+            && remote != 0
+            && !listening.contains(&local)
+            && inodes.contains(&inode)
+    })
+}
+
 fn listening_in(table: &str, inodes: &std::collections::HashSet<u64>) -> Vec<u16> {
     table
         .lines()
@@ -466,5 +513,24 @@ mod listen_tests {
 ";
         let ours: std::collections::HashSet<u64> = [111].into();
         assert_eq!(listening_in(table, &ours), vec![0x1F90]);
+    }
+
+    #[test]
+    fn an_upstream_is_a_connection_on_a_port_the_target_does_not_listen_on() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 333 1 0000000000000000 20 4 30 10 -1
+";
+        let ours: std::collections::HashSet<u64> = [111, 333].into();
+        // An accepted connection (local port 8080, listened on) is not one.
+        assert!(!outbound_in(table, &ours, &[0x1F90]));
+        // Without the listener, the same connection is the target's own.
+        assert!(outbound_in(table, &ours, &[]));
+        // Nor is another process's socket.
+        assert!(!outbound_in(table, &[111].into(), &[]));
+        let connecting = "  sl  local_address rem_address   st
+   0: 0100007F:D431 0100007F:18EB 02 00000000:00000000 00:00000000 00000000     0        0 444 1
+";
+        assert!(outbound_in(connecting, &[444].into(), &[0x1F90]));
     }
 }

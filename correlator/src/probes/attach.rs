@@ -322,6 +322,10 @@ pub(super) struct SocketUse {
     pub arrival: bool,
     /// The target's upstream exchanges timed.
     pub upstreams: bool,
+    /// Hold the transfer and arrival hooks back (attached by
+    /// `attach_upstream_hooks` once the target connects out): they are
+    /// only there for upstreams and the target has none yet.
+    pub deferred: bool,
 }
 
 /// The socket transfer hooks: the ones the dispatch calibration fires.
@@ -369,21 +373,32 @@ pub(super) fn attach_sockets(
             None
         }
     };
-    for prog in SOCKET_TRANSFERS {
-        btf_program(ebpf, prog)?
-            .attach()
-            .with_context(|| format!("cannot attach to BTF tracepoint {prog}"))?;
+    let arrival = sockets.arrival && (used.arrival || used.upstreams);
+    if arrival {
+        load_tracepoint(ebpf, "sk_data_ready", btf)?;
     }
     if sockets.lifecycle {
         attach_tracepoint(ebpf, "inet_sock_set_state", btf)?;
     }
-    if sockets.arrival && (used.arrival || used.upstreams) {
-        attach_tracepoint(ebpf, "sk_data_ready", btf)?;
+    if !used.deferred {
+        attach_transfer_hooks(ebpf, arrival)?;
     }
     if used.pairing && !used.arrival {
         log::info!("server-side latency starts at the first read of each request");
     }
     Ok(dispatch)
+}
+
+/// Attaches the loaded socket transfer hooks, and `sk_data_ready` when
+/// `arrival`: every socket transfer and arrival on the machine runs them.
+pub(super) fn attach_transfer_hooks(ebpf: &mut Ebpf, arrival: bool) -> Result<()> {
+    let arrival = arrival.then_some("sk_data_ready");
+    for prog in SOCKET_TRANSFERS.into_iter().chain(arrival) {
+        btf_program(ebpf, prog)?
+            .attach()
+            .with_context(|| format!("cannot attach to BTF tracepoint {prog}"))?;
+    }
+    Ok(())
 }
 
 /// Attaches the passive request-latency programs (the socket tracepoints

@@ -252,6 +252,23 @@ pub struct Probes {
     arrival_timed: bool,
     /// The runtime gc probes found in the target, and what became of them.
     runtime_gc: RuntimeGc,
+    /// Whether the socket transfer hooks wait for the target's first
+    /// upstream.
+    upstream_hooks: UpstreamHooks,
+}
+
+/// When the socket transfer hooks went on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UpstreamHooks {
+    /// With the other probes (for `--syscalls`, for an upstream the
+    /// target had then, or not at all).
+    FromStart,
+    /// Held back until the target connects out (`sk_data_ready` too when
+    /// `arrival`).
+    Waiting { arrival: bool },
+    /// Attached at this monotonic time, at the target's first outbound
+    /// connection.
+    Since(u64),
 }
 
 /// A managed runtime's gc probes as a run records them.
@@ -526,14 +543,26 @@ impl Probes {
                     .context("writing LISTEN_PORTS")?;
             }
         }
+        // Only for upstreams, the transfer hooks wait for the target's
+        // first: every socket transfer on the machine (a loopback client's
+        // included) pays for their dispatch.
+        let pairing = config.pair_at_sockets != 0;
+        let upstream_hooks = if !upstreams || pairing || target.has_upstream(cfg.follow_children) {
+            UpstreamHooks::FromStart
+        } else {
+            UpstreamHooks::Waiting {
+                arrival: sockets.arrival,
+            }
+        };
         let hook_dispatch = attach_sockets(
             &mut ebpf,
             &aya_btf,
             sockets,
             SocketUse {
-                pairing: config.pair_at_sockets != 0,
+                pairing,
                 arrival: from_arrival,
                 upstreams,
+                deferred: matches!(upstream_hooks, UpstreamHooks::Waiting { .. }),
             },
         )?;
         if let Some(source) = &cfg.passive {
@@ -566,6 +595,7 @@ impl Probes {
             memory_missing,
             syscall_path,
             hook_dispatch,
+            upstream_hooks,
             stacks: take_map(&mut ebpf, "STACKS")?,
             stacks_overflow: take_map(&mut ebpf, "STACKS_OVERFLOW")?,
             names: std::collections::HashMap::new(),
@@ -664,8 +694,47 @@ impl Probes {
         self.stats_enabled
     }
 
+    /// Attaches the upstream hooks held back at attach once the target has
+    /// connected out (`Total::UpstreamConnects`, counted in `connect()`;
+    /// exchanges in the drain interval before are not timed).
+    fn attach_upstream_hooks_once_connected(&mut self) -> Result<()> {
+        let UpstreamHooks::Waiting { arrival } = self.upstream_hooks else {
+            return Ok(());
+        };
+        let per_cpu = self.cpus.get(&0, 0).context("reading CPUS")?;
+        let connects: u64 = per_cpu
+            .iter()
+            .map(|c| c.totals[Total::UpstreamConnects as usize])
+            .sum();
+        if connects == 0 {
+            return Ok(());
+        }
+        if let Some(ebpf) = self.ebpf.as_mut() {
+            attach::attach_transfer_hooks(ebpf, arrival)?;
+        }
+        self.upstream_hooks = UpstreamHooks::Since(clock::monotonic_ns());
+        Ok(())
+    }
+
+    /// What a run (or a watch window) from `started_ns` says about when
+    /// upstream exchanges were timed, when not from its start.
+    pub fn upstream_note(&self, started_ns: u64) -> Option<String> {
+        match self.upstream_hooks {
+            UpstreamHooks::FromStart => None,
+            UpstreamHooks::Since(at) if at <= started_ns => None,
+            UpstreamHooks::Waiting { .. } => Some(
+                "upstreams: the target opened no outbound TCP connection, so the socket transfer hooks (for upstream exchanges) were never attached".into(),
+            ),
+            UpstreamHooks::Since(at) => Some(format!(
+                "upstreams: exchanges timed from {:.2} s, when the target first connected out (the socket transfer hooks wait for that: every socket transfer on the machine pays for them)",
+                at.saturating_sub(started_ns) as f64 / 1e9
+            )),
+        }
+    }
+
     /// Moves finished buckets and all pending records into `timeline`.
     pub fn drain(&mut self, timeline: &mut Timeline) -> Result<()> {
+        self.attach_upstream_hooks_once_connected()?;
         // A bucket is finished once the clock is past it; one more of margin
         // for a program that read the clock just before the boundary.
         let now_epoch = clock::monotonic_ns() / self.bucket_ns;

@@ -485,6 +485,7 @@ impl Watcher {
             .into_iter()
             .map(String::from)
             .collect();
+        notes.extend(a.probes.upstream_note(a.rec.since_ns));
         if let Some(n) = &a.restart_note
             && window_ns <= u64::try_from(self.opts.keep.as_nanos()).unwrap_or(u64::MAX)
         {

@@ -94,9 +94,9 @@ impl Target {
 
     /// Whether the target (and with `children` its descendants) has a
     /// connection it opened: a TCP socket connecting or established, or a
-    /// connected UDP socket, whose local port it does not listen on.
-    pub fn has_upstream(&self, children: bool) -> bool {
-        let listening = self.listening_ports();
+    /// connected UDP socket, whose local port is not one of `listening`
+    /// (its `listening_ports`).
+    pub fn has_upstream(&self, listening: &[u16], children: bool) -> bool {
         let mut tgids = vec![self.pid];
         if children {
             tgids.extend(descendants(self.pid));
@@ -107,7 +107,7 @@ impl Target {
             ["net/tcp", "net/tcp6", "net/udp", "net/udp6"]
                 .iter()
                 .filter_map(|t| fs::read_to_string(dir.join(t)).ok())
-                .any(|table| outbound_in(&table, &inodes, &listening))
+                .any(|table| outbound_in(&table, &inodes, listening))
         })
     }
 
@@ -442,8 +442,6 @@ mod tests {
     }
 }
 
-/// Local ports of the LISTEN sockets (state 0A) of a /proc/net/tcp table
-/// whose inode is one of `inodes`.
 /// The inodes of the sockets among the descriptors of the process whose
 /// /proc directory is `dir`.
 fn socket_inodes(dir: &std::path::Path) -> std::collections::HashSet<u64> {
@@ -484,6 +482,8 @@ fn outbound_in(table: &str, inodes: &std::collections::HashSet<u64>, listening: 
     })
 }
 
+/// Local ports of the LISTEN sockets (state 0A) of a /proc/net/tcp table
+/// whose inode is one of `inodes`.
 fn listening_in(table: &str, inodes: &std::collections::HashSet<u64>) -> Vec<u16> {
     table
         .lines()

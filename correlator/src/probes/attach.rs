@@ -323,7 +323,7 @@ pub(super) struct SocketUse {
     /// The target's upstream exchanges timed.
     pub upstreams: bool,
     /// Hold the transfer and arrival hooks back (attached by
-    /// `attach_upstream_hooks` once the target connects out): they are
+    /// `attach_transfer_hooks` once the target connects out): they are
     /// only there for upstreams and the target has none yet.
     pub deferred: bool,
 }

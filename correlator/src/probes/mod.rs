@@ -530,6 +530,13 @@ impl Probes {
         };
         let memory_missing = attach_memory(&mut ebpf, &aya_btf);
         attach::attach_ipi_senders(&mut ebpf);
+        // The target's listening ports tell the connections it accepted
+        // from the ones it opened (its upstreams).
+        let listening = if upstreams {
+            target.listening_ports()
+        } else {
+            Vec::new()
+        };
         if upstreams {
             // Borrowed, not taken: the programs load after this and need
             // the map's descriptor.
@@ -537,7 +544,7 @@ impl Probes {
                 ebpf.map_mut("LISTEN_PORTS")
                     .context("map LISTEN_PORTS missing from the eBPF object")?,
             )?;
-            for port in target.listening_ports() {
+            for &port in &listening {
                 ports
                     .set(u32::from(port), &1, 0)
                     .context("writing LISTEN_PORTS")?;
@@ -547,13 +554,14 @@ impl Probes {
         // first: every socket transfer on the machine (a loopback client's
         // included) pays for their dispatch.
         let pairing = config.pair_at_sockets != 0;
-        let upstream_hooks = if !upstreams || pairing || target.has_upstream(cfg.follow_children) {
-            UpstreamHooks::FromStart
-        } else {
-            UpstreamHooks::Waiting {
-                arrival: sockets.arrival,
-            }
-        };
+        let upstream_hooks =
+            if !upstreams || pairing || target.has_upstream(&listening, cfg.follow_children) {
+                UpstreamHooks::FromStart
+            } else {
+                UpstreamHooks::Waiting {
+                    arrival: sockets.arrival,
+                }
+            };
         let hook_dispatch = attach_sockets(
             &mut ebpf,
             &aya_btf,

@@ -13,6 +13,17 @@
 //! as the server's: its socket transfers and the softirqs of its sends,
 //! where the programs run for every event on the machine and keep only
 //! the target's.
+//!
+//! Beside the throughput, each run is timed by CPU time: the client's
+//! (wait4's rusage) and the server's (the sum of its threads'
+//! `/proc/PID/task/*/schedstat` run times), whose clock is the
+//! scheduler's task clock, from which the kernel subtracts the time the
+//! host stole (CONFIG_PARAVIRT_TIME_ACCOUNTING). Requests per CPU-second
+//! of the busier side is the throughput this pair would reach with no
+//! steal and is judged the same way; on this host the throughput's own
+//! spread (the A/A control's 76-123%) left most verdicts at "not enough
+//! evidence". The tool's own CPU time during the load is reported beside
+//! it, as it is not in either side's.
 
 use std::{
     process::{Command, Stdio},
@@ -21,7 +32,10 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use crate::{bench::median, build_release};
+use crate::{
+    bench::{bootstrap_median_ci, median},
+    build_release,
+};
 
 const REQUESTS: &str = "300000";
 
@@ -95,28 +109,92 @@ impl Drop for Stopped {
 
 /// What a variant attached: stopped when the run is done.
 enum Tool {
-    /// Held for its `Drop`, which stops it.
+    /// Stopped by its `Drop`; its pid times its own CPU.
     Correlator {
-        _running: Stopped,
+        running: Stopped,
     },
     Bpftrace(std::process::Child),
 }
 
-/// GET requests per second from one `redis-benchmark` run.
-fn throughput(port: u16) -> Result<f64> {
-    let out = Command::new("taskset")
+/// One redis-benchmark run.
+#[derive(Clone, Copy)]
+struct Run {
+    /// GET requests per second, as redis-benchmark reports them.
+    rps: f64,
+    /// Requests per second of the busier side's CPU time (steal excluded).
+    cpu_rps: f64,
+    /// The attached tool's own CPU time during the load, as a share of
+    /// one CPU over the load's wall time (0 when nothing is attached).
+    tool_cpu_share: f64,
+}
+
+/// Run time of all of a process's threads so far, in seconds, on the
+/// scheduler's task clock (the first field of each thread's schedstat,
+/// in ns, which excludes the time the host stole): 0 for a process gone.
+fn task_clock_s(pid: u32) -> f64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    dir.flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum::<u64>() as f64
+        / 1e9
+}
+
+/// One `redis-benchmark` run (GET, 50 connections, pinned to CPU 0)
+/// against the server `server`, with `tool` (if any) attached to it.
+fn throughput(port: u16, server: u32, tool: Option<u32>) -> Result<Run> {
+    let requests: f64 = REQUESTS.parse()?;
+    let (server0, tool0) = (task_clock_s(server), tool.map_or(0.0, task_clock_s));
+    let start = std::time::Instant::now();
+    let child = Command::new("taskset")
         .args(["-c", "0", "redis-benchmark", "-p", &port.to_string()])
         .args(["-t", "get", "-n", REQUESTS, "-c", "50", "-q"])
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
         .context("running redis-benchmark")?;
-    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n");
+    let pid = child.id();
+    let mut stdout = child.stdout.context("redis-benchmark's stdout")?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut text)?;
+    // taskset execs redis-benchmark: the rusage is the client's own.
+    let (ok, usage) = crate::bench::wait4(pid)?;
+    let wall = start.elapsed().as_secs_f64();
+    anyhow::ensure!(ok, "redis-benchmark failed: {text}");
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let client = secs(usage.ru_utime) + secs(usage.ru_stime);
+    let server = task_clock_s(server) - server0;
+    let tool_cpu = tool.map_or(0.0, |t| task_clock_s(t) - tool0);
+    let text = text.replace('\r', "\n");
     // The last progress line holds the final figure: "GET: 153925.09 requests per second".
-    text.lines()
+    let rps = text
+        .lines()
         .filter_map(|l| l.split_once("GET:"))
         .filter_map(|(_, rest)| rest.split_whitespace().next()?.parse::<f64>().ok())
         .next_back()
-        .with_context(|| format!("no GET figure in redis-benchmark's output: {text}"))
+        .with_context(|| format!("no GET figure in redis-benchmark's output: {text}"))?;
+    Ok(Run {
+        rps,
+        cpu_rps: requests / client.max(server),
+        tool_cpu_share: tool_cpu / wall,
+    })
 }
+
+/// One attached run against the not-attached runs around it.
+struct Ratio {
+    variant: Variant,
+    /// Throughput, % of the mean of the runs around it.
+    rps: f64,
+    /// Requests per CPU-second of the busier side, likewise.
+    cpu_rps: f64,
+    /// The tool's own CPU time, share of one CPU.
+    tool_cpu_share: f64,
+}
+
+/// Which figure of a [`Ratio`] a table shows.
+type Pick = fn(&Ratio) -> f64;
 
 /// The goal a variant is judged against (issue 39), as % of not attached.
 fn goal(v: Variant) -> Option<f64> {
@@ -151,8 +229,8 @@ pub fn run(reps: usize, defaults_only: bool) -> Result<()> {
         .into_iter()
         .filter(|v| !defaults_only || v.is_default())
         .collect();
-    let mut ratios: Vec<(Variant, f64)> = Vec::new();
-    let mut bare_runs: Vec<f64> = Vec::new();
+    let mut ratios: Vec<Ratio> = Vec::new();
+    let mut bare_runs: Vec<Run> = Vec::new();
     for rep in 0..reps {
         let mut order = variants.clone();
         rng.shuffle(&mut order);
@@ -162,82 +240,109 @@ pub fn run(reps: usize, defaults_only: bool) -> Result<()> {
             let with = measure(&bin, pid, port, v)?;
             let after = measure(&bin, pid, port, Variant::Bare)?;
             bare_runs.push(after);
-            let ratio = with / ((before + after) / 2.0) * 100.0;
+            let ratio = with.rps / ((before.rps + after.rps) / 2.0) * 100.0;
+            let cpu_ratio = with.cpu_rps / ((before.cpu_rps + after.cpu_rps) / 2.0) * 100.0;
             eprintln!(
-                "bench watch: rep {rep} {:<40} {with:>8.0} GET/s between {before:>8.0} and {after:>8.0} not attached: {ratio:.1}%",
+                "bench watch: rep {rep} {:<40} {:>8.0} GET/s between {:>8.0} and {:>8.0} not attached: {ratio:.1}%; per CPU-second {cpu_ratio:.1}%; tool {:.0}% of a CPU",
                 v.name(),
+                with.rps,
+                before.rps,
+                after.rps,
+                with.tool_cpu_share * 100.0,
             );
-            ratios.push((v, ratio));
+            ratios.push(Ratio {
+                variant: v,
+                rps: ratio,
+                cpu_rps: cpu_ratio,
+                tool_cpu_share: with.tool_cpu_share,
+            });
             before = after;
         }
     }
     drop(server);
-    bare_runs.sort_by(f64::total_cmp);
     println!(
         "\nredis-server (CPU 1) at saturation, redis-benchmark GET -c 50 (CPU 0), {reps} repetitions, \
          each variant between two runs with nothing attached, order shuffled (seed {seed})"
     );
+    let spread = |f: fn(&Run) -> f64| {
+        let mut v: Vec<f64> = bare_runs.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let (m, lo, hi) = spread(|r| r.rps);
+    let (cm, clo, chi) = spread(|r| r.cpu_rps);
     println!(
-        "  not attached: {:.0} GET/s median [{:.0}, {:.0}] over {} runs",
-        bare_runs[bare_runs.len() / 2],
-        bare_runs[0],
-        bare_runs[bare_runs.len() - 1],
+        "  not attached: {m:.0} GET/s median [{lo:.0}, {hi:.0}]; {cm:.0} per CPU-second of the busier side [{clo:.0}, {chi:.0}]; over {} runs",
         bare_runs.len()
     );
-    println!(
-        "  throughput as % of the mean of the runs around it: median, bootstrap 95% CI of the median, [min, max]"
-    );
-    for &v in &variants {
-        let mut r: Vec<f64> = ratios.iter().filter(|p| p.0 == v).map(|p| p.1).collect();
-        r.sort_by(f64::total_cmp);
-        let (lo, hi) = bootstrap_median_ci(&r, &mut rng);
-        let name = if v == Variant::Bare {
-            "not attached (A/A control)"
-        } else {
-            v.name()
-        };
-        let verdict = goal(v).map_or(String::new(), |g| {
-            if lo >= g {
-                format!("  goal >= {g}%: met")
-            } else if hi < g {
-                format!("  goal >= {g}%: not met")
-            } else {
-                format!("  goal >= {g}%: not enough evidence (the CI spans it)")
-            }
-        });
+    let tables: [(&str, Pick); 2] = [
+        ("throughput (redis-benchmark's GET/s)", |r| r.rps),
+        (
+            "requests per CPU-second of the busier side (client or server; the task clock, without steal)",
+            |r| r.cpu_rps,
+        ),
+    ];
+    for (title, pick) in tables {
         println!(
-            "  {name:<40} {:>5.1}%  CI [{lo:.1}, {hi:.1}]  [{:.1}, {:.1}]{verdict}",
+            "  {title}, as % of the mean of the runs around it: median, bootstrap 95% CI of the median, [min, max]"
+        );
+        for &v in &variants {
+            let mut r: Vec<f64> = ratios.iter().filter(|p| p.variant == v).map(pick).collect();
+            r.sort_by(f64::total_cmp);
+            verdict_line(v, &r, &mut rng);
+        }
+    }
+    println!("  the tool's own CPU time during the load, % of one CPU (median [min, max]):");
+    for &v in &variants {
+        let mut r: Vec<f64> = ratios
+            .iter()
+            .filter(|p| p.variant == v)
+            .map(|p| p.tool_cpu_share * 100.0)
+            .collect();
+        if v == Variant::Bare || v == Variant::Bpftrace {
+            continue;
+        }
+        r.sort_by(f64::total_cmp);
+        println!(
+            "    {:<40} {:>5.1}% [{:.1}, {:.1}]",
+            v.name(),
             median(r.clone()),
             r[0],
             r[r.len() - 1]
         );
-        if v == Variant::Bare && !(lo..=hi).contains(&100.0) {
-            println!(
-                "  the control's CI leaves out 100%: this run is biased by more than its spread, its verdicts do not hold"
-            );
-        }
     }
     Ok(())
 }
 
-/// A bootstrap 95% CI of the median of `v` (10,000 resamples). Written
-/// here rather than taken from the correlator's `stats` module, which the
-/// xtask does not build against (it would build the eBPF object first).
-fn bootstrap_median_ci(v: &[f64], rng: &mut fastrand::Rng) -> (f64, f64) {
-    const RESAMPLES: usize = 10_000;
-    let mut medians = Vec::with_capacity(RESAMPLES);
-    let mut sample = vec![0.0; v.len()];
-    for _ in 0..RESAMPLES {
-        for x in &mut sample {
-            *x = v[rng.usize(..v.len())];
+/// One variant's row: median ratio, its CI, [min, max] and the verdict
+/// against the variant's goal. `r` is sorted and not empty.
+fn verdict_line(v: Variant, r: &[f64], rng: &mut fastrand::Rng) {
+    let (lo, hi) = bootstrap_median_ci(r, rng);
+    let name = if v == Variant::Bare {
+        "not attached (A/A control)"
+    } else {
+        v.name()
+    };
+    let verdict = goal(v).map_or(String::new(), |g| {
+        if lo >= g {
+            format!("  goal >= {g}%: met")
+        } else if hi < g {
+            format!("  goal >= {g}%: not met")
+        } else {
+            format!("  goal >= {g}%: not enough evidence (the CI spans it)")
         }
-        medians.push(median(sample.clone()));
+    });
+    println!(
+        "    {name:<40} {:>5.1}%  CI [{lo:.1}, {hi:.1}]  [{:.1}, {:.1}]{verdict}",
+        median(r.to_vec()),
+        r[0],
+        r[r.len() - 1]
+    );
+    if v == Variant::Bare && !(lo..=hi).contains(&100.0) {
+        println!(
+            "    the control's CI leaves out 100%: this run is biased by more than its spread, its verdicts do not hold"
+        );
     }
-    medians.sort_by(f64::total_cmp);
-    (
-        medians[RESAMPLES * 25 / 1000],
-        medians[RESAMPLES * 975 / 1000 - 1],
-    )
 }
 
 /// The tracepoints `watch --syscalls` attaches where redis's requests
@@ -248,9 +353,9 @@ const BPFTRACE_SOCKET_PROBES: [&str; 3] = [
     "tracepoint:sock:sk_data_ready",
 ];
 
-/// One redis-benchmark run's throughput with variant `v` attached to the
-/// server (attached 3 s before the load starts, detached after).
-fn measure(bin: &std::path::Path, pid: u32, port: u16, v: Variant) -> Result<f64> {
+/// One redis-benchmark run with variant `v` attached to the server
+/// (attached 3 s before the load starts, detached after).
+fn measure(bin: &std::path::Path, pid: u32, port: u16, v: Variant) -> Result<Run> {
     let out = std::path::Path::new("target/bench/watch-bench");
     let run_file = std::path::Path::new("target/bench/record-bench.run");
     let watcher = match v {
@@ -289,15 +394,20 @@ fn measure(bin: &std::path::Path, pid: u32, port: u16, v: Variant) -> Result<f64
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             Some(Tool::Correlator {
-                _running: Stopped(c.spawn()?),
+                running: Stopped(c.spawn()?),
             })
         }
     };
     // The same 3 s before every load, attached or not.
     std::thread::sleep(Duration::from_secs(3));
-    let rps = throughput(port)?;
+    let tool = match &watcher {
+        None => None,
+        Some(Tool::Correlator { running }) => Some(running.0.id()),
+        Some(Tool::Bpftrace(c)) => Some(c.id()),
+    };
+    let run = throughput(port, pid, tool)?;
     if let Some(Tool::Bpftrace(mut c)) = watcher {
         crate::bench::interrupt_bpftrace(&mut c)?;
     }
-    Ok(rps)
+    Ok(run)
 }

@@ -215,8 +215,9 @@ pub enum Total {
     /// there (the others' stayed unexplained).
     UnseenSwitchInsDated = NUM_COUNTERS as u32 + 20,
     /// A target thread opened an outbound TCP connection (moved a socket
-    /// to SYN_SENT in `connect()`): userspace attaches the upstream hooks,
-    /// held back until the target has an upstream (see `Probes::drain`).
+    /// to SYN_SENT in `connect()`) or connected a UDP socket (the cgroup
+    /// connect programs): userspace attaches the upstream hooks, held back
+    /// until the target has an upstream (see `Probes::drain`).
     UpstreamConnects = NUM_COUNTERS as u32 + 21,
 }
 

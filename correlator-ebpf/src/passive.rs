@@ -7,8 +7,8 @@ use aya_ebpf::{
     EbpfContext as _,
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::{btf_tracepoint, uprobe, uretprobe},
-    programs::{BtfTracePointContext, ProbeContext, RetProbeContext},
+    macros::{btf_tracepoint, cgroup_sock_addr, uprobe, uretprobe},
+    programs::{BtfTracePointContext, ProbeContext, RetProbeContext, SockAddrContext},
 };
 use correlator_common::{
     CallState, ConnState, RequestRecord, SOCKET_CONN, Total, UPROBE_FD, UpstreamRecord,
@@ -411,6 +411,40 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> i32 {
         }
     }
     0
+}
+
+/// `SOCK_DGRAM` (include/linux/net.h).
+const SOCK_DGRAM: u32 = 2;
+
+/// A `connect()` in the target's cgroup on an IPv4 socket: a UDP socket
+/// of the target's connected to a peer is an upstream (a resolver, a
+/// metrics sink, a UDP backend), and UDP's connect fires no
+/// `inet_sock_set_state`. Attached only while the transfer hooks wait for
+/// an upstream, to the target's cgroup: it runs at connects, never at
+/// transfers. Returns 1 (the connect proceeds) whatever it finds.
+#[cgroup_sock_addr(connect4)]
+pub fn udp_connect4(ctx: SockAddrContext) -> i32 {
+    udp_connect(&ctx);
+    1
+}
+
+/// The IPv6 side of `udp_connect4`.
+#[cgroup_sock_addr(connect6)]
+pub fn udp_connect6(ctx: SockAddrContext) -> i32 {
+    udp_connect(&ctx);
+    1
+}
+
+#[inline(always)]
+fn udp_connect(ctx: &SockAddrContext) {
+    if config!(floor_only) != 0 || config!(upstreams) == 0 {
+        return;
+    }
+    // SAFETY: the program's context; the verifier checks the field access.
+    let kind = unsafe { (*ctx.sock_addr).type_ };
+    if kind == SOCK_DGRAM && is_target_tgid((bpf_get_current_pid_tgid() >> 32) as u32) {
+        total_add(Total::UpstreamConnects);
+    }
 }
 
 /// A read that returned data starts a request on its connection (unless

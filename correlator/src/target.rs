@@ -111,6 +111,14 @@ impl Target {
         })
     }
 
+    /// The target's cgroup v2 directory (its `0::` line in
+    /// /proc/PID/cgroup under the cgroup2 mount), when there is one.
+    pub fn cgroup2_dir(&self) -> Option<std::path::PathBuf> {
+        let text = fs::read_to_string(proc_path(self.pid).join("cgroup")).ok()?;
+        let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+        Some(cgroup2_mount()?.join(path.trim_start_matches('/')))
+    }
+
     /// (tgid, tid) of every thread of the target, and with `children` of
     /// every descendant process too.
     pub fn threads(&self, children: bool) -> Vec<(u32, u32)> {

@@ -172,3 +172,66 @@ live_test! {
         );
     }
 }
+
+/// A UDP echo on 127.0.0.1 that holds every `every`-th datagram for
+/// `stall` before answering (and, being one thread, every datagram queued
+/// behind it): the backend of `--udp`. Runs until the test process ends.
+fn udp_echo(every: u64, stall: std::time::Duration) -> String {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp bind");
+    let addr = socket.local_addr().expect("udp addr").to_string();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        for n in 1u64.. {
+            let Ok((len, from)) = socket.recv_from(&mut buf) else {
+                return;
+            };
+            if n % every == 0 {
+                std::thread::sleep(stall);
+            }
+            let _ = socket.send_to(&buf[..len], from);
+        }
+    });
+    addr
+}
+
+live_test! {
+    /// Workers calling a UDP backend, each on a UDP socket it connects
+    /// when its client connects (after `run` attached): UDP's connect
+    /// fires no TCP state change, so the upstream hooks, held back until
+    /// the target has an upstream, are attached by the cgroup connect
+    /// programs' count. The backend holds every 500th datagram 20 ms
+    /// (every 250 ms at 2,000 req/s); the upstream is named and its
+    /// exchanges timed.
+    fn a_udp_backend_connected_after_attach_names_the_upstream() {
+        let dir = scratch("upstream-udp");
+        let backend_addr = udp_echo(500, std::time::Duration::from_millis(20));
+        let (proxy, addr) = helper_server("proxy", &["--backend", &backend_addr, "--udp"]);
+        proxy.pin_all("1");
+        let report = run_report(
+            proxy.0.id(),
+            &format!("tcp://{addr}"),
+            2000,
+            "10s",
+            &dir,
+            &[],
+        );
+        drop(proxy);
+        let notes = report["notes"].to_string();
+        assert!(
+            notes.contains("exchanges timed from"),
+            "the upstream hooks were not attached at the UDP connect: {notes}"
+        );
+        let c = &report["classification"];
+        assert_eq!(c["causes"][0]["cause"], "upstream", "{c:#}");
+        let evidence = c["causes"][0]["evidence"].as_str().expect("evidence");
+        assert!(evidence.contains(&format!("upstream {backend_addr}")), "{evidence}");
+        let u = &report["upstreams"][0];
+        assert_eq!(u["peer"], backend_addr.as_str(), "{:#}", report["upstreams"]);
+        let ms = |v: &serde_json::Value| v.as_u64().expect("ns") as f64 / 1e6;
+        assert!(
+            ms(&u["in_episodes_max_ns"]) >= 20.0,
+            "the longest reply in flight in the episodes took {:.2} ms (the backend holds 20 ms)",
+            ms(&u["in_episodes_max_ns"])
+        );
+    }
+}

@@ -5,10 +5,14 @@
 //! With `--pool N` the workers share N backend connections (fewer than
 //! the workers: a connection pool), taken under a lock and waited for on
 //! a condition variable when none is free, as a database pool does.
+//! With `--udp` each worker sends the line as a datagram on its own
+//! connected UDP socket and answers with the datagram that comes back
+//! (the backend is then a UDP echo), as a resolver or a UDP cache client
+//! does.
 
 use std::{
     io::{BufRead, BufReader, Write},
-    net::{TcpListener, TcpStream},
+    net::{TcpListener, TcpStream, UdpSocket},
     sync::{Arc, Condvar, Mutex},
 };
 
@@ -26,27 +30,54 @@ pub struct ProxyArgs {
     /// Backend connections shared by all workers (0: one per worker).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
+    /// The backend is a UDP echo: each worker connects a UDP socket to it
+    /// when its client connects (no pool).
+    #[arg(long, conflicts_with = "pool")]
+    pub udp: bool,
 }
 
-/// A backend connection: its writer and its buffered reader.
-struct Backend {
-    out: TcpStream,
-    reader: BufReader<TcpStream>,
+/// A backend connection.
+enum Backend {
+    /// A TCP connection: its writer and its buffered reader.
+    Tcp {
+        out: TcpStream,
+        reader: BufReader<TcpStream>,
+    },
+    /// A connected UDP socket: one datagram each way per request.
+    Udp(UdpSocket),
 }
 
 impl Backend {
-    fn connect(addr: &str) -> Result<Self> {
+    fn connect(addr: &str, udp: bool) -> Result<Self> {
+        if udp {
+            let socket = UdpSocket::bind("127.0.0.1:0")?;
+            socket
+                .connect(addr)
+                .with_context(|| format!("cannot connect a UDP socket to {addr}"))?;
+            return Ok(Self::Udp(socket));
+        }
         let out = TcpStream::connect(addr).with_context(|| format!("cannot reach {addr}"))?;
         out.set_nodelay(true)?;
         let reader = BufReader::new(out.try_clone()?);
-        Ok(Self { out, reader })
+        Ok(Self::Tcp { out, reader })
     }
 
     /// Sends one request line and reads its reply line into `reply`.
     fn call(&mut self, line: &str, reply: &mut String) -> std::io::Result<()> {
-        self.out.write_all(line.as_bytes())?;
         reply.clear();
-        self.reader.read_line(reply).map(|_| ())
+        match self {
+            Self::Tcp { out, reader } => {
+                out.write_all(line.as_bytes())?;
+                reader.read_line(reply).map(|_| ())
+            }
+            Self::Udp(socket) => {
+                socket.send(line.as_bytes())?;
+                let mut buf = [0u8; 2048];
+                let n = socket.recv(&mut buf)?;
+                reply.push_str(&String::from_utf8_lossy(&buf[..n]));
+                Ok(())
+            }
+        }
     }
 }
 
@@ -89,7 +120,7 @@ pub fn run(args: &ProxyArgs) -> Result<()> {
     let pool = (args.pool > 0)
         .then(|| -> Result<Arc<Pool>> {
             let free = (0..args.pool)
-                .map(|_| Backend::connect(&args.backend))
+                .map(|_| Backend::connect(&args.backend, false))
                 .collect::<Result<Vec<_>>>()?;
             Ok(Arc::new(Pool {
                 free: Mutex::new(free),
@@ -104,7 +135,7 @@ pub fn run(args: &ProxyArgs) -> Result<()> {
         let pool = pool.clone();
         let own = match &pool {
             Some(_) => None,
-            None => Some(Backend::connect(&args.backend)?),
+            None => Some(Backend::connect(&args.backend, args.udp)?),
         };
         std::thread::Builder::new()
             .name("proxy-worker".into())

@@ -8,7 +8,7 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap, MapData},
     programs::{
-        BtfTracePoint, FEntry, FExit, PerfEvent, UProbe,
+        BtfTracePoint, CgroupAttachMode, CgroupSockAddr, FEntry, FExit, PerfEvent, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         uprobe::UProbeScope,
     },
@@ -397,6 +397,34 @@ pub(super) fn attach_transfer_hooks(ebpf: &mut Ebpf, arrival: bool) -> Result<()
         btf_program(ebpf, prog)?
             .attach()
             .with_context(|| format!("cannot attach to BTF tracepoint {prog}"))?;
+    }
+    Ok(())
+}
+
+/// The programs that see the target connect a UDP socket (see
+/// `udp_connect4` in the eBPF crate).
+const UDP_CONNECT_WATCH: [&str; 2] = ["udp_connect4", "udp_connect6"];
+
+/// While the transfer hooks wait for an upstream: attaches the cgroup
+/// connect programs to the target's cgroup v2 directory `cgroup`, so that
+/// a UDP socket the target connects later also attaches them (TCP's
+/// connect is seen by `inet_sock_set_state`). They run at every
+/// `connect()` in that cgroup, never at a transfer. Attached as BPF links,
+/// which the kernel always adds beside the programs already there (a link
+/// takes no attach flags: `AllowMultiple` is refused with EINVAL, so the
+/// mode given is `Single`'s 0); detached when the probes are dropped.
+pub(super) fn attach_udp_connect_watch(ebpf: &mut Ebpf, cgroup: &std::path::Path) -> Result<()> {
+    let dir = std::fs::File::open(cgroup)
+        .with_context(|| format!("cannot open cgroup {}", cgroup.display()))?;
+    for prog in UDP_CONNECT_WATCH {
+        let program: &mut CgroupSockAddr = ebpf
+            .program_mut(prog)
+            .with_context(|| format!("program {prog} missing from the eBPF object"))?
+            .try_into()?;
+        program.load().map_err(|e| refused(prog, &e))?;
+        program
+            .attach(&dir, CgroupAttachMode::Single)
+            .with_context(|| format!("cannot attach {prog} to cgroup {}", cgroup.display()))?;
     }
     Ok(())
 }

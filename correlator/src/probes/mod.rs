@@ -264,8 +264,9 @@ enum UpstreamHooks {
     /// target had then, or not at all).
     FromStart,
     /// Held back until the target connects out (`sk_data_ready` too when
-    /// `arrival`).
-    Waiting { arrival: bool },
+    /// `arrival`). `udp_seen`: whether a UDP socket's connect is seen
+    /// too (the cgroup connect programs attached), not only TCP's.
+    Waiting { arrival: bool, udp_seen: bool },
     /// Attached at this monotonic time, at the target's first outbound
     /// connection.
     Since(u64),
@@ -554,12 +555,13 @@ impl Probes {
         // first: every socket transfer on the machine (a loopback client's
         // included) pays for their dispatch.
         let pairing = config.pair_at_sockets != 0;
-        let upstream_hooks =
+        let mut upstream_hooks =
             if !upstreams || pairing || target.has_upstream(&listening, cfg.follow_children) {
                 UpstreamHooks::FromStart
             } else {
                 UpstreamHooks::Waiting {
                     arrival: sockets.arrival,
+                    udp_seen: false,
                 }
             };
         let hook_dispatch = attach_sockets(
@@ -573,6 +575,17 @@ impl Probes {
                 deferred: matches!(upstream_hooks, UpstreamHooks::Waiting { .. }),
             },
         )?;
+        if let UpstreamHooks::Waiting { udp_seen, .. } = &mut upstream_hooks {
+            match target.cgroup2_dir() {
+                Some(dir) => match attach::attach_udp_connect_watch(&mut ebpf, &dir) {
+                    Ok(()) => *udp_seen = true,
+                    Err(e) => log::info!("a UDP upstream connected later is not seen: {e:#}"),
+                },
+                None => log::info!(
+                    "a UDP upstream connected later is not seen: the target has no cgroup v2 directory"
+                ),
+            }
+        }
         if let Some(source) = &cfg.passive {
             attach_passive(&mut ebpf, source, target.pid, hooks, sockets)?;
         }
@@ -706,7 +719,7 @@ impl Probes {
     /// connected out (`Total::UpstreamConnects`, counted in `connect()`;
     /// exchanges in the drain interval before are not timed).
     fn attach_upstream_hooks_once_connected(&mut self) -> Result<()> {
-        let UpstreamHooks::Waiting { arrival } = self.upstream_hooks else {
+        let UpstreamHooks::Waiting { arrival, .. } = self.upstream_hooks else {
             return Ok(());
         };
         let per_cpu = self.cpus.get(&0, 0).context("reading CPUS")?;
@@ -730,8 +743,11 @@ impl Probes {
         match self.upstream_hooks {
             UpstreamHooks::FromStart => None,
             UpstreamHooks::Since(at) if at <= started_ns => None,
-            UpstreamHooks::Waiting { .. } => Some(
-                "upstreams: the target opened no outbound TCP connection, so the socket transfer hooks (for upstream exchanges) were never attached".into(),
+            UpstreamHooks::Waiting { udp_seen: true, .. } => Some(
+                "upstreams: the target opened no outbound TCP connection and connected no UDP socket, so the socket transfer hooks (for upstream exchanges) were never attached".into(),
+            ),
+            UpstreamHooks::Waiting { udp_seen: false, .. } => Some(
+                "upstreams: the target opened no outbound TCP connection, so the socket transfer hooks (for upstream exchanges) were never attached; a UDP socket it connected after the start was not watched for (no cgroup v2 directory, or the cgroup connect programs were refused)".into(),
             ),
             UpstreamHooks::Since(at) => Some(format!(
                 "upstreams: exchanges timed from {:.2} s, when the target first connected out (the socket transfer hooks wait for that: every socket transfer on the machine pays for them)",

@@ -347,30 +347,17 @@ pub(super) fn attach_sockets(
     for prog in SOCKET_TRANSFERS {
         load_tracepoint(ebpf, prog, btf)?;
     }
-    // Attached and detached in turns while round trips are timed: the
-    // difference is a few percent of a round trip, and this host's speed
-    // drifts by more between two blocks of batches.
-    let mut links = Vec::new();
-    let dispatch = match super::calibrate::SocketPair::new() {
-        Ok(pair) => super::calibrate::interleaved(
-            ebpf,
-            &SOCKET_TRANSFERS,
-            |ebpf, on| {
-                for prog in SOCKET_TRANSFERS {
-                    let program = btf_program(ebpf, prog)?;
-                    if on {
-                        links.push((prog, program.attach()?));
-                    } else if let Some(i) = links.iter().position(|(p, _)| *p == prog) {
-                        program.detach(links.swap_remove(i).1)?;
-                    }
-                }
-                Ok(())
-            },
-            || pair.round_trip(),
-        )?,
-        Err(e) => {
-            log::info!("hook dispatch not measured (socketpair: {e})");
-            None
+    // Once per process: the dispatch is the kernel's and the host's, not
+    // the target's, and `watch` re-attaching to a restarted server spent
+    // ~0.3 s of its unwatched gap measuring it again.
+    let dispatch = match DISPATCH_MEASURED.get() {
+        Some(&measured) => Some(measured),
+        None => {
+            let measured = measure_dispatch(ebpf)?;
+            if let Some(m) = measured {
+                let _ = DISPATCH_MEASURED.set(m);
+            }
+            measured
         }
     };
     let arrival = sockets.arrival && (used.arrival || used.upstreams);
@@ -387,6 +374,41 @@ pub(super) fn attach_sockets(
         log::info!("server-side latency starts at the first read of each request");
     }
     Ok(dispatch)
+}
+
+/// The first dispatch measurement of this process (see `attach_sockets`).
+static DISPATCH_MEASURED: std::sync::OnceLock<super::calibrate::HookDispatchCost> =
+    std::sync::OnceLock::new();
+
+/// Measures the socket transfer hooks' dispatch (loaded, not attached):
+/// attached and detached in turns while round trips are timed, as the
+/// difference is a few percent of a round trip and this host's speed
+/// drifts by more between two blocks of batches. Leaves them detached.
+fn measure_dispatch(ebpf: &mut Ebpf) -> Result<Option<super::calibrate::HookDispatchCost>> {
+    let pair = match super::calibrate::SocketPair::new() {
+        Ok(pair) => pair,
+        Err(e) => {
+            log::info!("hook dispatch not measured (socketpair: {e})");
+            return Ok(None);
+        }
+    };
+    let mut links = Vec::new();
+    super::calibrate::interleaved(
+        ebpf,
+        &SOCKET_TRANSFERS,
+        |ebpf, on| {
+            for prog in SOCKET_TRANSFERS {
+                let program = btf_program(ebpf, prog)?;
+                if on {
+                    links.push((prog, program.attach()?));
+                } else if let Some(i) = links.iter().position(|(p, _)| *p == prog) {
+                    program.detach(links.swap_remove(i).1)?;
+                }
+            }
+            Ok(())
+        },
+        || pair.round_trip(),
+    )
 }
 
 /// Attaches the loaded socket transfer hooks, and `sk_data_ready` when

@@ -249,6 +249,14 @@ impl Watcher {
                         self.find_successor(now)?;
                     }
                     self.drain()?;
+                    // The target's exit, seen within a tick (one read of
+                    // /proc/PID/stat): a restarted server's successor is
+                    // looked for from then, not from the next second.
+                    if self.attached.as_ref().is_some_and(|a| !a.target.is_alive())
+                        && !self.target_exited(now)?
+                    {
+                        break;
+                    }
                     if now >= next_second {
                         next_second += 1_000_000_000;
                         seconds += 1;
@@ -295,8 +303,7 @@ impl Watcher {
         Ok(())
     }
 
-    /// Once a second. Returns false when watching should end (a PID
-    /// target exited).
+    /// Once a second. Returns false when watching should end.
     fn second(&mut self, now: u64, n: u64) -> Result<bool> {
         self.slo.roll();
         if let Some(rss) = crate::memory::rss_bytes() {
@@ -304,7 +311,7 @@ impl Watcher {
                 .rss_bytes
                 .set(i64::try_from(rss).unwrap_or(i64::MAX));
         }
-        let alive = match &mut self.attached {
+        match &mut self.attached {
             Some(a) => {
                 let totals = a.probes.read_totals()?;
                 // Stamped after the read: every event it counts happened
@@ -317,12 +324,8 @@ impl Watcher {
                     .recorder_requests
                     .set(i64::try_from(a.rec.requests()).unwrap_or(i64::MAX));
                 sample_stats(a, now, n, &self.metrics);
-                a.target.is_alive()
             }
             None => return Ok(true),
-        };
-        if !alive {
-            return self.target_exited(now);
         }
         let Some((value, _)) = self.slo.percentile(self.opts.percentile) else {
             return Ok(true);
@@ -664,17 +667,24 @@ impl Watcher {
             return Ok(true);
         };
         let (lost, old) = self.lost_at.take().unwrap_or((now, 0));
-        let gap = now.saturating_sub(lost);
+        let pid = target.pid;
+        self.attach(target, None)?;
+        // Unwatched until the probes are on, not until the successor was
+        // found: attaching (loading and verifying the programs) takes a
+        // good part of a second on this host.
+        let gap = clock::monotonic_ns().saturating_sub(lost);
         let note = format!(
-            "the target restarted: PID {old} exited and PID {} was attached {:.0} ms later; this window begins at the re-attach",
-            target.pid,
+            "the target restarted: PID {old} exited, PID {pid} was found {:.0} ms later and attached {:.0} ms later; this window begins at the re-attach",
+            now.saturating_sub(lost) as f64 / 1e6,
             gap as f64 / 1e6
         );
         eprintln!("correlator watch: {note}");
         self.metrics.restarts.inc();
         self.metrics.gap_seconds.inc_by(gap as f64 / 1e9);
         self.summary.restarts += 1;
-        self.attach(target, Some(note))?;
+        if let Some(a) = &mut self.attached {
+            a.restart_note = Some(note);
+        }
         Ok(true)
     }
 }

@@ -115,8 +115,7 @@ impl Target {
     /// /proc/PID/cgroup under the cgroup2 mount), when there is one.
     pub fn cgroup2_dir(&self) -> Option<std::path::PathBuf> {
         let text = fs::read_to_string(proc_path(self.pid).join("cgroup")).ok()?;
-        let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-        Some(cgroup2_mount()?.join(path.trim_start_matches('/')))
+        cgroup2_of(&text).map(|(dir, _)| dir)
     }
 
     /// (tgid, tid) of every thread of the target, and with `children` of
@@ -239,6 +238,14 @@ pub fn cgroup2_mount() -> Option<std::path::PathBuf> {
         let (_, at, kind) = (f.next()?, f.next()?, f.next()?);
         (kind == "cgroup2").then(|| std::path::PathBuf::from(at))
     })
+}
+
+/// The cgroup v2 directory named by a /proc/PID/cgroup text (its `0::`
+/// line, under the cgroup2 mount), and that line's path in the hierarchy.
+pub fn cgroup2_of(cgroup_file: &str) -> Option<(std::path::PathBuf, String)> {
+    let path = cgroup_file.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = cgroup2_mount()?.join(path.trim_start_matches('/'));
+    Some((dir, path.to_string()))
 }
 
 /// User processes whose comm is `name` (only thread-group leaders).

@@ -323,11 +323,8 @@ fn report(placement: Placement, samples: &[(Variant, Sample)], loops: u64) -> Va
     let mut rows = Vec::new();
     for v in Variant::ALL {
         let t = times(v);
-        let (m, lo, hi) = (
-            median(t.clone()),
-            t.iter().copied().fold(f64::INFINITY, f64::min),
-            t.iter().copied().fold(0.0, f64::max),
-        );
+        let (lo, hi) = min_max(&t);
+        let m = median(t);
         let pct = |x: f64| (x / bare - 1.0) * 100.0;
         println!(
             "  {:<15} {:>7.3} s [{:.3}, {:.3}]   slowdown {:>6.2}%   target nivcsw (median) {:>8.0}",
@@ -652,10 +649,9 @@ fn measure(
         }
         _ => Vec::new(),
     };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Ok(Sample {
         elapsed,
-        cpu: secs(usage.ru_utime) + secs(usage.ru_stime),
+        cpu: cpu_seconds(&usage),
         nivcsw: usage.ru_nivcsw,
         programs,
     })
@@ -720,6 +716,12 @@ pub(crate) fn wait4(pid: u32) -> Result<(bool, libc::rusage)> {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         usage,
     ))
+}
+
+/// User + system CPU time in a rusage, in seconds.
+pub(crate) fn cpu_seconds(usage: &libc::rusage) -> f64 {
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 /// The programs' costs from the run file (through its JSON export).

@@ -163,8 +163,7 @@ fn throughput(port: u16, server: u32, tool: Option<u32>) -> Result<Run> {
     let (ok, usage) = crate::bench::wait4(pid)?;
     let wall = start.elapsed().as_secs_f64();
     anyhow::ensure!(ok, "redis-benchmark failed: {text}");
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    let client = secs(usage.ru_utime) + secs(usage.ru_stime);
+    let client = crate::bench::cpu_seconds(&usage);
     let server = task_clock_s(server) - server0;
     let tool_cpu = tool.map_or(0.0, |t| task_clock_s(t) - tool0);
     let text = text.replace('\r', "\n");

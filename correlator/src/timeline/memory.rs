@@ -250,11 +250,7 @@ impl MemoryCgroup {
             let dir = PathBuf::from("/sys/fs/cgroup/memory").join(path.trim_start_matches('/'));
             return Some((dir, path, "v1"));
         }
-        let path = text
-            .lines()
-            .find_map(|l| l.strip_prefix("0::"))?
-            .to_string();
-        let dir = crate::target::cgroup2_mount()?.join(path.trim_start_matches('/'));
+        let (dir, path) = crate::target::cgroup2_of(&text)?;
         Some((dir, path, "v2"))
     }
 

@@ -260,9 +260,7 @@ impl Watcher {
                     if now >= next_second {
                         next_second += 1_000_000_000;
                         seconds += 1;
-                        if !self.second(now, seconds)? {
-                            break;
-                        }
+                        self.second(now, seconds)?;
                     }
                     if now >= next_check {
                         next_check = now + check_ns;
@@ -303,8 +301,8 @@ impl Watcher {
         Ok(())
     }
 
-    /// Once a second. Returns false when watching should end.
-    fn second(&mut self, now: u64, n: u64) -> Result<bool> {
+    /// Once a second (the target's exit is seen at every tick).
+    fn second(&mut self, now: u64, n: u64) -> Result<()> {
         self.slo.roll();
         if let Some(rss) = crate::memory::rss_bytes() {
             self.metrics
@@ -325,10 +323,10 @@ impl Watcher {
                     .set(i64::try_from(a.rec.requests()).unwrap_or(i64::MAX));
                 sample_stats(a, now, n, &self.metrics);
             }
-            None => return Ok(true),
+            None => return Ok(()),
         }
         let Some((value, _)) = self.slo.percentile(self.opts.percentile) else {
-            return Ok(true);
+            return Ok(());
         };
         self.metrics.window_percentile.set(value as f64 / 1e9);
         if let Some(slo_ns) = self.slo_ns()
@@ -345,7 +343,7 @@ impl Watcher {
                 },
             );
         }
-        Ok(true)
+        Ok(())
     }
 
     fn arm(&mut self, now: u64, trigger: Trigger) {

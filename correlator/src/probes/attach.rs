@@ -326,6 +326,12 @@ pub(super) struct SocketUse {
     /// `attach_transfer_hooks` once the target connects out): they are
     /// only there for upstreams and the target has none yet.
     pub deferred: bool,
+    /// The BPF run-time statistics are on. The dispatch calibration needs
+    /// them (its programs' own time comes from them); without them it is
+    /// not run: ~0.4 s of round trips whose result could only be "not
+    /// measured", spent at every `watch` attach (which runs without them)
+    /// and so in a restarted server's unwatched gap.
+    pub stats: bool,
 }
 
 /// The socket transfer hooks: the ones the dispatch calibration fires.
@@ -352,6 +358,7 @@ pub(super) fn attach_sockets(
     // ~0.3 s of its unwatched gap measuring it again.
     let dispatch = match DISPATCH_MEASURED.get() {
         Some(&measured) => Some(measured),
+        None if !used.stats => None,
         None => {
             let measured = measure_dispatch(ebpf)?;
             if let Some(m) = measured {

@@ -573,6 +573,7 @@ impl Probes {
                 arrival: from_arrival,
                 upstreams,
                 deferred: matches!(upstream_hooks, UpstreamHooks::Waiting { .. }),
+                stats: stats_enabled,
             },
         )?;
         if let UpstreamHooks::Waiting { udp_seen, .. } = &mut upstream_hooks {

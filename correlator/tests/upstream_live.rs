@@ -11,7 +11,7 @@
 
 use std::process::Command;
 
-use crate::util::{Proc, debian_binary, free_port, helper_server, run_report, scratch};
+use crate::util::{Proc, Recorder, debian_binary, free_port, helper_server, run_report, scratch};
 
 live_test! {
     fn a_proxy_waiting_on_its_backend_names_the_upstream() {
@@ -228,5 +228,46 @@ live_test! {
             "the longest reply in flight in the episodes took {:.2} ms (the backend holds 20 ms)",
             ms(&u["in_episodes_max_ns"])
         );
+    }
+}
+
+/// The BPF links of process `pid` attached to a cgroup, from its
+/// descriptors' fdinfo (`link_type:\tcgroup`): the kernel's view, not the
+/// tool's.
+fn cgroup_links(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .expect("fdinfo")
+        .flatten()
+        .filter_map(|f| std::fs::read_to_string(f.path()).ok())
+        .filter(|info| {
+            info.lines()
+                .any(|l| l.split_whitespace().eq(["link_type:", "cgroup"]))
+        })
+        .count()
+}
+
+live_test! {
+    /// The cgroup connect programs watch only for the target's first UDP
+    /// connect: once that has attached the upstream hooks they are
+    /// detached, as they would go on costing every `connect()` in the
+    /// target's cgroup (here the whole machine's). Two cgroup links in the
+    /// recorder while it waits, none a few drains after the proxy connects
+    /// its UDP socket (when a client connects to it).
+    fn the_udp_connect_watch_is_detached_once_the_hooks_are_on() {
+        let dir = scratch("upstream-udp-detach");
+        let backend_addr = udp_echo(u64::MAX, std::time::Duration::ZERO);
+        let (proxy, addr) = helper_server("proxy", &["--backend", &backend_addr, "--udp"]);
+        let recorder = Recorder::start(proxy.0.id(), dir.join("run.run"), &[]);
+        let pid = recorder.child.id();
+        assert_eq!(cgroup_links(pid), 2, "waiting for a UDP connect, the connect programs are attached");
+        let _client = std::net::TcpStream::connect(&addr).expect("connect to the proxy");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while cgroup_links(pid) != 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(cgroup_links(pid), 0, "the connect programs are still attached 5 s after the UDP connect");
+        let run = recorder.interrupt();
+        let notes = run.notes.join("\n");
+        assert!(notes.contains("exchanges timed from"), "the upstream hooks were not attached: {notes}");
     }
 }

@@ -458,6 +458,26 @@ pub(super) fn attach_udp_connect_watch(ebpf: &mut Ebpf, cgroup: &std::path::Path
     Ok(())
 }
 
+/// Detaches and unloads the connect programs of `attach_udp_connect_watch`
+/// once the transfer hooks are on: from then on they would only add their
+/// ~300 ns to every `connect()` in the target's cgroup (all of the machine's
+/// when the target is in the root) for nothing. A program never loaded
+/// (no cgroup v2 directory, or refused) is skipped.
+pub(super) fn detach_udp_connect_watch(ebpf: &mut Ebpf) {
+    for prog in UDP_CONNECT_WATCH {
+        let Some(program) = ebpf.program_mut(prog) else {
+            continue;
+        };
+        let program: Result<&mut CgroupSockAddr, _> = program.try_into();
+        if let Ok(program) = program
+            && program.fd().is_ok()
+            && let Err(e) = program.unload()
+        {
+            log::info!("{prog} stays attached ({e}): it costs only at connect()");
+        }
+    }
+}
+
 /// Attaches the passive request-latency programs (the socket tracepoints
 /// are `attach_sockets`'s).
 pub(super) fn attach_passive(

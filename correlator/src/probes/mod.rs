@@ -733,6 +733,7 @@ impl Probes {
         }
         if let Some(ebpf) = self.ebpf.as_mut() {
             attach::attach_transfer_hooks(ebpf, arrival)?;
+            attach::detach_udp_connect_watch(ebpf);
         }
         self.upstream_hooks = UpstreamHooks::Since(clock::monotonic_ns());
         Ok(())

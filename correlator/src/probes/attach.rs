@@ -346,6 +346,7 @@ pub(super) fn attach_sockets(
     btf: &aya::Btf,
     sockets: SocketHooks,
     used: SocketUse,
+    stats: super::calibrate::StatsSwitch<'_>,
 ) -> Result<Option<super::calibrate::HookDispatchCost>> {
     if !(used.pairing || used.upstreams) {
         return Ok(None);
@@ -360,7 +361,7 @@ pub(super) fn attach_sockets(
         Some(&measured) => Some(measured),
         None if !used.stats => None,
         None => {
-            let measured = measure_dispatch(ebpf)?;
+            let measured = measure_dispatch(ebpf, stats)?;
             if let Some(m) = measured {
                 let _ = DISPATCH_MEASURED.set(m);
             }
@@ -391,7 +392,10 @@ static DISPATCH_MEASURED: std::sync::OnceLock<super::calibrate::HookDispatchCost
 /// attached and detached in turns while round trips are timed, as the
 /// difference is a few percent of a round trip and this host's speed
 /// drifts by more between two blocks of batches. Leaves them detached.
-fn measure_dispatch(ebpf: &mut Ebpf) -> Result<Option<super::calibrate::HookDispatchCost>> {
+fn measure_dispatch(
+    ebpf: &mut Ebpf,
+    stats: super::calibrate::StatsSwitch<'_>,
+) -> Result<Option<super::calibrate::HookDispatchCost>> {
     let pair = match super::calibrate::SocketPair::new() {
         Ok(pair) => pair,
         Err(e) => {
@@ -414,6 +418,7 @@ fn measure_dispatch(ebpf: &mut Ebpf) -> Result<Option<super::calibrate::HookDisp
             }
             Ok(())
         },
+        Some(stats),
         || pair.round_trip(),
     )
 }

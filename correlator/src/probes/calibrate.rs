@@ -39,6 +39,15 @@ pub struct HookedTiming {
     /// The hooks' programs' own ns per operation over the hooked batches
     /// (BPF statistics): already in the programs' run time.
     pub programs_ns: f64,
+    /// ns per operation with the hooks and the BPF statistics off, as the
+    /// hooks run outside the statistics' windows (`watch` always, `record`
+    /// 9 s in 10). `hooked_ns` is with them on, which they need to time the
+    /// programs: timing every run costs ~85 ns per hook run on this VM
+    /// (two clock reads), and counted in the dispatch it had doubled it.
+    /// None when it could not be measured (the statistics stayed on: the
+    /// sysctl or another tool holds them), and in runs saved before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooked_no_stats_ns: Option<f64>,
 }
 
 /// The syscall hooks' slow path, per `getppid()`.
@@ -54,9 +63,19 @@ pub const DISPATCHES_PER_ROUND_TRIP: f64 = 2.0;
 
 impl HookedTiming {
     /// What each operation paid beyond the programs' run time (never below
-    /// 0: a difference inside the batches' noise).
+    /// 0: a difference inside the batches' noise): with the statistics off
+    /// when that was measured, so that the statistics' own cost is not
+    /// counted as the hooks'.
     pub fn extra_ns(&self) -> f64 {
-        (self.hooked_ns - self.unhooked_ns - self.programs_ns).max(0.0)
+        let hooked = self.hooked_no_stats_ns.unwrap_or(self.hooked_ns);
+        (hooked - self.unhooked_ns - self.programs_ns).max(0.0)
+    }
+
+    /// The BPF statistics' own cost per operation while they are on (0 when
+    /// not measured, or inside the noise).
+    pub fn stats_ns(&self) -> f64 {
+        self.hooked_no_stats_ns
+            .map_or(0.0, |off| (self.hooked_ns - off).max(0.0))
     }
 
     /// For the socket round trip: the dispatch of one hook run.
@@ -110,23 +129,32 @@ impl SocketPair {
     }
 }
 
-/// Rounds of [`interleaved`]: a batch without the hooks, then one with.
+/// Turns this process's hold on the BPF run-time statistics on or off
+/// (another holder, or the sysctl, keeps them on: the calibration sees
+/// that in the programs' run counts).
+pub(super) type StatsSwitch<'a> = &'a mut dyn FnMut(bool);
+
+/// Rounds of [`interleaved`]: a batch without the hooks, then with them
+/// (with the statistics on and off, in alternating order).
 const ROUNDS: usize = 15;
 /// Operations per batch of [`interleaved`]: ~10 ms of socket round trips
 /// here, so that a round's two batches see the same host.
 const ROUND_BATCH: u32 = 5_000;
 
 /// Times `op` (one operation running every hook in `names` once) in
-/// [`ROUNDS`] rounds of a batch without the hooks and a batch with them
-/// (`set_hooked` attaches or detaches them; left detached). Each side is
-/// its median batch, and the difference between them the median of the
-/// rounds' own differences (`hooked_ns` is `unhooked_ns` plus it): this
-/// host's speed drifts and jumps by more than the difference between
-/// rounds, less within one. None without the BPF statistics.
+/// [`ROUNDS`] rounds of a batch without the hooks and batches with them
+/// (`set_hooked` attaches or detaches them; left detached): one with the
+/// BPF statistics on (the programs' own time comes from them) and, when
+/// `stats` can turn them off, one with them off (what the hooks cost as
+/// they mostly run). Each side is its median batch, and each difference
+/// the median of the rounds' own differences: this host's speed drifts
+/// and jumps by more than the difference between rounds, less within one.
+/// Leaves the statistics on. None without the BPF statistics.
 pub(super) fn interleaved(
     ebpf: &mut Ebpf,
     names: &[&str],
     mut set_hooked: impl FnMut(&mut Ebpf, bool) -> anyhow::Result<()>,
+    mut stats: Option<StatsSwitch<'_>>,
     mut op: impl FnMut(),
 ) -> anyhow::Result<Option<HookedTiming>> {
     let mut batch = || {
@@ -141,10 +169,27 @@ pub(super) fn interleaved(
     };
     let mut unhooked = Vec::with_capacity(ROUNDS);
     let mut differences = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
+    let mut no_stats_differences = Vec::with_capacity(ROUNDS);
+    // Whether every batch meant to run without the statistics did (no
+    // program run was counted over it).
+    let mut stats_went_off = stats.is_some();
+    for round in 0..ROUNDS {
         let without = batch();
         set_hooked(ebpf, true)?;
-        let with = batch();
+        let mut with = 0.0;
+        for stats_on in [round % 2 == 0, round % 2 == 1] {
+            match stats.as_mut() {
+                Some(switch) if !stats_on => {
+                    switch(false);
+                    let counted = stats_of(ebpf, names);
+                    no_stats_differences.push(batch() - without);
+                    stats_went_off &= counted.is_some() && stats_of(ebpf, names) == counted;
+                    switch(true);
+                }
+                None if !stats_on => {}
+                _ => with = batch(),
+            }
+        }
         set_hooked(ebpf, false)?;
         unhooked.push(without);
         differences.push(with - without);
@@ -154,11 +199,14 @@ pub(super) fn interleaved(
     };
     let unhooked_ns = crate::stats::median(&unhooked);
     let hooked_ns = unhooked_ns + crate::stats::median(&differences);
+    let hooked_no_stats_ns =
+        stats_went_off.then(|| unhooked_ns + crate::stats::median(&no_stats_differences));
     Ok(
         programs_ns_per_call(before, after, names.len()).map(|programs_ns| HookedTiming {
             unhooked_ns,
             hooked_ns,
             programs_ns,
+            hooked_no_stats_ns,
         }),
     )
 }
@@ -201,6 +249,7 @@ pub(super) fn with_hooks(
         unhooked_ns,
         hooked_ns,
         programs_ns,
+        hooked_no_stats_ns: None,
     })
 }
 
@@ -214,8 +263,17 @@ mod tests {
             unhooked_ns: 100.0,
             hooked_ns: 250.0,
             programs_ns: 90.0,
+            hooked_no_stats_ns: None,
         };
         assert!((c.extra_ns() - 60.0).abs() < 1e-9);
+        assert_eq!(c.stats_ns(), 0.0);
+        // With the statistics off measured: their cost is not the hooks'.
+        let off = SyscallPathCost {
+            hooked_no_stats_ns: Some(210.0),
+            ..c
+        };
+        assert!((off.extra_ns() - 20.0).abs() < 1e-9);
+        assert!((off.stats_ns() - 40.0).abs() < 1e-9);
         let noise = SyscallPathCost {
             programs_ns: 200.0,
             ..c

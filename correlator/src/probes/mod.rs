@@ -491,7 +491,7 @@ impl Probes {
         }
         // Reference-counted: stays on while we hold the fd and does not
         // fight other tools (unlike flipping the kernel.bpf_stats_enabled sysctl).
-        let stats = if std::env::var_os("CORRELATOR_NO_BPF_STATS").is_some() || !cfg.bpf_stats {
+        let mut stats = if std::env::var_os("CORRELATOR_NO_BPF_STATS").is_some() || !cfg.bpf_stats {
             None
         } else {
             enable_stats(Stats::RunTime).ok()
@@ -564,6 +564,15 @@ impl Probes {
                     udp_seen: false,
                 }
             };
+        // The dispatch calibration turns our hold on the statistics off
+        // and on again around its batches without them.
+        let mut stats_switch = |on: bool| {
+            if !on {
+                stats = None;
+            } else if stats.is_none() && std::env::var_os("CORRELATOR_NO_BPF_STATS").is_none() {
+                stats = enable_stats(Stats::RunTime).ok();
+            }
+        };
         let hook_dispatch = attach_sockets(
             &mut ebpf,
             &aya_btf,
@@ -575,7 +584,10 @@ impl Probes {
                 deferred: matches!(upstream_hooks, UpstreamHooks::Waiting { .. }),
                 stats: stats_enabled,
             },
+            &mut stats_switch,
         )?;
+        // As the calibration left them (turning them back on can fail).
+        let stats_enabled = stats.is_some() || bpf_stats_sysctl_on();
         if let UpstreamHooks::Waiting { udp_seen, .. } = &mut upstream_hooks {
             match target.cgroup2_dir() {
                 Some(dir) => match attach::attach_udp_connect_watch(&mut ebpf, &dir) {

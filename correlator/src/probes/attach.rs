@@ -254,6 +254,7 @@ pub(super) fn kernel_btf() -> Result<aya::Btf> {
 pub(super) fn attach_syscall_hooks(
     ebpf: &mut Ebpf,
     btf: &aya::Btf,
+    stats: super::calibrate::StatsSwitch<'_>,
 ) -> Result<Option<super::calibrate::SyscallPathCost>> {
     let unhooked_ns = super::calibrate::time_syscalls();
     for prog in SYSCALL_HOOKS {
@@ -264,6 +265,7 @@ pub(super) fn attach_syscall_hooks(
         &SYSCALL_HOOKS,
         unhooked_ns,
         super::calibrate::time_syscalls,
+        stats,
     ))
 }
 

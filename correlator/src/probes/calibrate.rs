@@ -232,24 +232,33 @@ fn stats_of(ebpf: &Ebpf, names: &[&str]) -> Option<(u64, u64)> {
 }
 
 /// Times `time` (one operation, each running every hook in `names` once)
-/// with the hooks attached, given `unhooked_ns` timed before they were.
-/// None without the BPF statistics (the programs' share of the difference
-/// is then unknown).
+/// with the hooks attached, given `unhooked_ns` timed before they were:
+/// with the BPF statistics on (the programs' time comes from them), then
+/// with `stats` turning them off (what the hooks cost as they run; not
+/// kept when a program run was counted over it: another holder kept them
+/// on). Leaves them on. None without the BPF statistics (the programs'
+/// share of the difference is then unknown).
 pub(super) fn with_hooks(
     ebpf: &Ebpf,
     names: &[&str],
     unhooked_ns: f64,
-    time: impl FnOnce() -> f64,
+    time: impl Fn() -> f64,
+    stats: StatsSwitch<'_>,
 ) -> Option<HookedTiming> {
     let before = stats_of(ebpf, names)?;
     let hooked_ns = time();
     let after = stats_of(ebpf, names)?;
     let programs_ns = programs_ns_per_call(before, after, names.len())?;
+    stats(false);
+    let counted = stats_of(ebpf, names);
+    let off = time();
+    let went_off = counted.is_some() && stats_of(ebpf, names) == counted;
+    stats(true);
     Some(HookedTiming {
         unhooked_ns,
         hooked_ns,
         programs_ns,
-        hooked_no_stats_ns: None,
+        hooked_no_stats_ns: went_off.then_some(off),
     })
 }
 

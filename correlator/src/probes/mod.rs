@@ -497,6 +497,15 @@ impl Probes {
             enable_stats(Stats::RunTime).ok()
         };
         let stats_enabled = stats.is_some() || bpf_stats_sysctl_on();
+        // The calibrations turn our hold on the statistics off and on again
+        // around their batches without them (see `calibrate`).
+        let mut stats_switch = |on: bool| {
+            if !on {
+                stats = None;
+            } else if stats.is_none() && std::env::var_os("CORRELATOR_NO_BPF_STATS").is_none() {
+                stats = enable_stats(Stats::RunTime).ok();
+            }
+        };
         // Without --stacks nothing is stored in the stack maps: one slot
         // each, not 18 MiB of preallocated kernel memory for the whole run.
         let stack_slots = |n: usize| if cfg.stacks { n as u32 } else { 1 };
@@ -525,7 +534,7 @@ impl Probes {
         let aya_btf = attach::kernel_btf()?;
         attach_all(&mut ebpf, &aya_btf, cfg.sample_period_ns())?;
         let syscall_path = if hooks {
-            attach::attach_syscall_hooks(&mut ebpf, &aya_btf)?
+            attach::attach_syscall_hooks(&mut ebpf, &aya_btf, &mut stats_switch)?
         } else {
             None
         };
@@ -564,15 +573,6 @@ impl Probes {
                     udp_seen: false,
                 }
             };
-        // The dispatch calibration turns our hold on the statistics off
-        // and on again around its batches without them.
-        let mut stats_switch = |on: bool| {
-            if !on {
-                stats = None;
-            } else if stats.is_none() && std::env::var_os("CORRELATOR_NO_BPF_STATS").is_none() {
-                stats = enable_stats(Stats::RunTime).ok();
-            }
-        };
         let hook_dispatch = attach_sockets(
             &mut ebpf,
             &aya_btf,

@@ -208,15 +208,21 @@ pub fn render(r: &Report) -> String {
         }
     );
     if let Some(p) = &r.overhead.syscall_path {
+        let m = &p.measured;
+        let hooked = match m.hooked_no_stats_ns {
+            Some(off) => format!(
+                "{off:.0} ns with the hooks and the BPF statistics off ({:.0} with them on: their own cost is not counted)",
+                m.hooked_ns
+            ),
+            None => format!(
+                "{:.0} ns with the hooks (the BPF statistics on, which could not be turned off: their own cost is counted in it)",
+                m.hooked_ns
+            ),
+        };
         let _ = writeln!(
             out,
-            "           + the syscall hooks' slow path, not in the programs' time: {:.1} ms of CPU ({:.0} ns × {} syscalls on the machine; getppid() {:.0} → {:.0} ns with the hooks, {:.0} ns of it their programs, measured at attach)",
-            p.cpu_ms,
-            p.ns_per_syscall,
-            p.syscalls,
-            p.measured.unhooked_ns,
-            p.measured.hooked_ns,
-            p.measured.programs_ns
+            "           + the syscall hooks' slow path, not in the programs' time: {:.1} ms of CPU ({:.0} ns × {} syscalls on the machine; getppid() {:.0} → {hooked}, {:.0} ns of it their programs, measured at attach)",
+            p.cpu_ms, p.ns_per_syscall, p.syscalls, m.unhooked_ns, m.programs_ns
         );
     }
     if let Some(d) = &r.overhead.hook_dispatch {

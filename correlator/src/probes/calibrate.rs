@@ -180,11 +180,10 @@ pub(super) fn interleaved(
         for stats_on in [round % 2 == 0, round % 2 == 1] {
             match stats.as_mut() {
                 Some(switch) if !stats_on => {
-                    switch(false);
-                    let counted = stats_of(ebpf, names);
-                    no_stats_differences.push(batch() - without);
-                    stats_went_off &= counted.is_some() && stats_of(ebpf, names) == counted;
-                    switch(true);
+                    match without_stats(ebpf, names, &mut **switch, &mut batch) {
+                        Some(off) => no_stats_differences.push(off - without),
+                        None => stats_went_off = false,
+                    }
                 }
                 None if !stats_on => {}
                 _ => with = batch(),
@@ -249,17 +248,30 @@ pub(super) fn with_hooks(
     let hooked_ns = time();
     let after = stats_of(ebpf, names)?;
     let programs_ns = programs_ns_per_call(before, after, names.len())?;
+    let hooked_no_stats_ns = without_stats(ebpf, names, stats, time);
+    Some(HookedTiming {
+        unhooked_ns,
+        hooked_ns,
+        programs_ns,
+        hooked_no_stats_ns,
+    })
+}
+
+/// `time` run with this process's hold on the statistics dropped (put
+/// back after); None when a run of the `names` programs was counted over
+/// it (another holder kept them on, so it is not the hooks without them).
+fn without_stats(
+    ebpf: &Ebpf,
+    names: &[&str],
+    stats: StatsSwitch<'_>,
+    time: impl FnOnce() -> f64,
+) -> Option<f64> {
     stats(false);
     let counted = stats_of(ebpf, names);
     let off = time();
     let went_off = counted.is_some() && stats_of(ebpf, names) == counted;
     stats(true);
-    Some(HookedTiming {
-        unhooked_ns,
-        hooked_ns,
-        programs_ns,
-        hooked_no_stats_ns: went_off.then_some(off),
-    })
+    went_off.then_some(off)
 }
 
 #[cfg(test)]

@@ -420,7 +420,7 @@ fn measure_dispatch(
             }
             Ok(())
         },
-        Some(stats),
+        stats,
         || pair.round_trip(),
     )
 }

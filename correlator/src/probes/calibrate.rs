@@ -71,11 +71,17 @@ impl HookedTiming {
         (hooked - self.unhooked_ns - self.programs_ns).max(0.0)
     }
 
-    /// The BPF statistics' own cost per operation while they are on (0 when
-    /// not measured, or inside the noise).
-    pub fn stats_ns(&self) -> f64 {
+    /// The BPF statistics' own cost per operation while they are on (None
+    /// when not measured; 0 inside the noise).
+    pub fn stats_ns(&self) -> Option<f64> {
         self.hooked_no_stats_ns
-            .map_or(0.0, |off| (self.hooked_ns - off).max(0.0))
+            .map(|off| (self.hooked_ns - off).max(0.0))
+    }
+
+    /// For the socket round trip: the statistics' cost of timing one hook
+    /// run.
+    pub fn stats_ns_per_dispatch(&self) -> Option<f64> {
+        self.stats_ns().map(|ns| ns / DISPATCHES_PER_ROUND_TRIP)
     }
 
     /// For the socket round trip: the dispatch of one hook run.
@@ -144,17 +150,18 @@ const ROUND_BATCH: u32 = 5_000;
 /// Times `op` (one operation running every hook in `names` once) in
 /// [`ROUNDS`] rounds of a batch without the hooks and batches with them
 /// (`set_hooked` attaches or detaches them; left detached): one with the
-/// BPF statistics on (the programs' own time comes from them) and, when
-/// `stats` can turn them off, one with them off (what the hooks cost as
-/// they mostly run). Each side is its median batch, and each difference
-/// the median of the rounds' own differences: this host's speed drifts
-/// and jumps by more than the difference between rounds, less within one.
-/// Leaves the statistics on. None without the BPF statistics.
+/// BPF statistics on (the programs' own time comes from them) and one
+/// with `stats` turning them off (what the hooks cost as they mostly run;
+/// not kept when another holder kept them on). Each side is its median
+/// batch, and each difference the median of the rounds' own differences:
+/// this host's speed drifts and jumps by more than the difference between
+/// rounds, less within one. Leaves the statistics on. None without the
+/// BPF statistics.
 pub(super) fn interleaved(
     ebpf: &mut Ebpf,
     names: &[&str],
     mut set_hooked: impl FnMut(&mut Ebpf, bool) -> anyhow::Result<()>,
-    mut stats: Option<StatsSwitch<'_>>,
+    stats: StatsSwitch<'_>,
     mut op: impl FnMut(),
 ) -> anyhow::Result<Option<HookedTiming>> {
     let mut batch = || {
@@ -172,21 +179,21 @@ pub(super) fn interleaved(
     let mut no_stats_differences = Vec::with_capacity(ROUNDS);
     // Whether every batch meant to run without the statistics did (no
     // program run was counted over it).
-    let mut stats_went_off = stats.is_some();
+    let mut stats_went_off = true;
     for round in 0..ROUNDS {
         let without = batch();
         set_hooked(ebpf, true)?;
         let mut with = 0.0;
+        // Alternating which goes first: a drift within the round falls on
+        // each side in turn.
         for stats_on in [round % 2 == 0, round % 2 == 1] {
-            match stats.as_mut() {
-                Some(switch) if !stats_on => {
-                    match without_stats(ebpf, names, &mut **switch, &mut batch) {
-                        Some(off) => no_stats_differences.push(off - without),
-                        None => stats_went_off = false,
-                    }
+            if stats_on {
+                with = batch();
+            } else {
+                match without_stats(ebpf, names, &mut *stats, &mut batch) {
+                    Some(off) => no_stats_differences.push(off - without),
+                    None => stats_went_off = false,
                 }
-                None if !stats_on => {}
-                _ => with = batch(),
             }
         }
         set_hooked(ebpf, false)?;
@@ -287,14 +294,15 @@ mod tests {
             hooked_no_stats_ns: None,
         };
         assert!((c.extra_ns() - 60.0).abs() < 1e-9);
-        assert_eq!(c.stats_ns(), 0.0);
+        assert_eq!(c.stats_ns(), None);
         // With the statistics off measured: their cost is not the hooks'.
         let off = SyscallPathCost {
             hooked_no_stats_ns: Some(210.0),
             ..c
         };
         assert!((off.extra_ns() - 20.0).abs() < 1e-9);
-        assert!((off.stats_ns() - 40.0).abs() < 1e-9);
+        assert_eq!(off.stats_ns(), Some(40.0));
+        assert_eq!(off.stats_ns_per_dispatch(), Some(20.0));
         let noise = SyscallPathCost {
             programs_ns: 200.0,
             ..c

@@ -557,7 +557,7 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
 {server_side}
 <h2>Where each episode's time went</h2>{account}
 {flame}
-<h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run{sampled}){slow_path}{dispatch}; lost kernel records/events: {lost}</p>
+<h2>Overhead and losses</h2><p>probes used {probe_ms:.1} ms of CPU ({probe_share:.2}% of the run{sampled}){slow_path}{dispatch}{statistics}; lost kernel records/events: {lost}</p>
 <ul>{notes}</ul></body></html>"#,
         comm = esc(&r.target.comm),
         heat = heatmaps(r),
@@ -598,6 +598,14 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;paddi
             )
         } else {
             ", and the hooks' dispatch (not measured above this host's noise at attach)".to_string()
+        }),
+        statistics = r.overhead.statistics.as_ref().map_or(String::new(), |s| if s.ns_per_run > 0.0 {
+            format!(
+                ", and the BPF statistics' own cost while on {:.1} ms more, of every task that hit the hooks ({:.0} ns × {} runs they counted, measured at attach on the socket hooks; in neither the programs' time nor the dispatch)",
+                s.cpu_ms, s.ns_per_run, s.runs
+            )
+        } else {
+            ", and the BPF statistics' own cost while on (not measured above this host's noise at attach)".to_string()
         }),
         lost = r.events.lost,
     )

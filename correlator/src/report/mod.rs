@@ -52,6 +52,11 @@ pub struct OverheadReport {
     /// program), which the programs' own time does not include either.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_dispatch: Option<HookDispatchReport>,
+    /// The BPF statistics' own cost while they were on (the windows that
+    /// time the programs): the kernel then times every program run, and
+    /// that time is in neither the programs' time nor the dispatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statistics: Option<StatisticsCostReport>,
 }
 
 /// The syscall hooks' cost beyond their programs' run time over the run:
@@ -98,6 +103,38 @@ impl HookDispatchReport {
             runs,
             cpu_ms: ns_per_run * runs as f64 / 1e6,
             measured,
+        })
+    }
+}
+
+/// The BPF statistics' own cost over the runs they timed: the cost of
+/// timing one hook run, measured when the socket transfer hooks attached
+/// (their round trip with the statistics on less with them off), times the
+/// runs the statistics counted, which are exactly the runs that paid it.
+/// One figure for every program: the kernel's timing wraps each run the
+/// same way, whatever the program.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatisticsCostReport {
+    pub ns_per_run: f64,
+    /// Program runs while the statistics were on (not scaled to the run).
+    pub runs: u64,
+    pub cpu_ms: f64,
+}
+
+impl StatisticsCostReport {
+    /// None when the calibration could not turn the statistics off (their
+    /// cost is then inside the dispatch figure); `ns_per_run` 0 when it
+    /// found none above its noise.
+    fn of(
+        measured: Option<crate::probes::calibrate::HookDispatchCost>,
+        counted: &[crate::probes::ProgramCost],
+    ) -> Option<Self> {
+        let ns_per_run = measured?.stats_ns_per_dispatch()?;
+        let runs: u64 = counted.iter().map(|p| p.run_count).sum();
+        Some(Self {
+            ns_per_run,
+            runs,
+            cpu_ms: ns_per_run * runs as f64 / 1e6,
         })
     }
 }
@@ -383,6 +420,10 @@ impl Report {
                 probes_cpu_share: probes_ns / run.duration_ns().max(1) as f64,
                 syscall_path: SyscallPathReport::of(run.overhead.syscall_path, &programs),
                 hook_dispatch: HookDispatchReport::of(run.overhead.hook_dispatch, &programs),
+                statistics: StatisticsCostReport::of(
+                    run.overhead.hook_dispatch,
+                    &run.overhead.programs,
+                ),
                 stats_sampled_ns: run.overhead.sampled_ns,
                 programs,
             },
@@ -456,5 +497,53 @@ fn series(run: &RunFile, latency: &LatencyCapture) -> Series {
         requests,
         events,
         percentile_curve,
+    }
+}
+
+#[cfg(test)]
+mod overhead_tests {
+    use super::StatisticsCostReport;
+    use crate::probes::{ProgramCost, calibrate::HookDispatchCost};
+
+    fn counted() -> Vec<ProgramCost> {
+        vec![
+            ProgramCost::new("sched_switch".into(), 3_000, 600_000),
+            ProgramCost::new("sys_enter".into(), 1_000, 100_000),
+        ]
+    }
+
+    #[test]
+    fn the_statistics_cost_every_run_they_counted() {
+        let measured = HookDispatchCost {
+            unhooked_ns: 2_000.0,
+            hooked_ns: 2_400.0,
+            programs_ns: 150.0,
+            hooked_no_stats_ns: Some(2_200.0),
+        };
+        let s = StatisticsCostReport::of(Some(measured), &counted()).expect("measured");
+        // (2400 - 2200) ns per round trip of two hook runs, over all 4000
+        // runs the statistics counted, syscall hooks included.
+        assert_eq!(s.ns_per_run, 100.0);
+        assert_eq!(s.runs, 4_000);
+        assert!((s.cpu_ms - 0.4).abs() < 1e-12);
+    }
+
+    #[test]
+    fn without_a_measurement_with_them_off_nothing_is_claimed() {
+        let on_only = HookDispatchCost {
+            unhooked_ns: 2_000.0,
+            hooked_ns: 2_400.0,
+            programs_ns: 150.0,
+            hooked_no_stats_ns: None,
+        };
+        assert_eq!(StatisticsCostReport::of(Some(on_only), &counted()), None);
+        assert_eq!(StatisticsCostReport::of(None, &counted()), None);
+        // Off slower than on: inside the noise, no cost claimed.
+        let noise = HookDispatchCost {
+            hooked_no_stats_ns: Some(2_450.0),
+            ..on_only
+        };
+        let s = StatisticsCostReport::of(Some(noise), &counted()).expect("measured");
+        assert_eq!((s.ns_per_run, s.cpu_ms), (0.0, 0.0));
     }
 }

@@ -250,6 +250,21 @@ pub fn render(r: &Report) -> String {
             )
         };
     }
+    if let Some(s) = &r.overhead.statistics {
+        let _ = if s.ns_per_run > 0.0 {
+            writeln!(
+                out,
+                "           + the BPF statistics' own cost while on (the kernel timing each run, to time the programs): {:.1} ms of CPU, of every task that hit the hooks ({:.0} ns × {} runs they counted; measured at attach on the socket hooks, with them on less off, and taken for every hook)",
+                s.cpu_ms, s.ns_per_run, s.runs
+            )
+        } else {
+            writeln!(
+                out,
+                "           + the BPF statistics' own cost while on ({} runs they counted): not measured above this host's noise at attach",
+                s.runs
+            )
+        };
+    }
     if e.lost > 0 {
         let _ = writeln!(
             out,

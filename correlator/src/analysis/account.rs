@@ -62,6 +62,15 @@ pub struct TimeAccount {
     pub top_syscall: Option<String>,
     #[serde(default)]
     pub top_syscall_ns: u64,
+    /// The part of `syscall_ns` estimated from the on-CPU samples (the
+    /// default `--syscall-time sampled`: the on-CPU time outside IRQs and
+    /// the measured parts, split by the share of samples taken in a
+    /// syscall), and that estimate's binomial standard error; 0 when the
+    /// syscall hooks timed every call.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub syscall_sampled_ns: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub syscall_error_ns: u64,
     /// The fault-handling part of `on_cpu_kernel_ns` (sampled: on-CPU time
     /// outside syscalls and IRQs, split by the share of samples taken in
     /// the kernel), and that estimate's standard error.
@@ -251,6 +260,10 @@ impl TimeAccount {
 /// pool wait test failed 7 of 11 runs on it.
 const DELAYED_SHARE: f64 = 0.5;
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn is_one_or_less(n: &u32) -> bool {
     *n <= 1
 }
@@ -328,6 +341,13 @@ impl TimeAccount {
             fault_error_ns: (accounts
                 .iter()
                 .map(|a| (a.fault_error_ns as f64).powi(2))
+                .sum::<f64>()
+                .sqrt()
+                / n as f64) as u64,
+            syscall_sampled_ns: mean(|a| a.syscall_sampled_ns),
+            syscall_error_ns: (accounts
+                .iter()
+                .map(|a| (a.syscall_error_ns as f64).powi(2))
                 .sum::<f64>()
                 .sqrt()
                 / n as f64) as u64,
@@ -998,7 +1018,7 @@ impl<'a> Accounts<'a> {
             }
         };
         let (fault, fault_error) = share(fault_samples);
-        let (sampled_syscall, _) = share(syscall_samples);
+        let (sampled_syscall, syscall_error) = share(syscall_samples);
         let syscall = syscall + sampled_syscall;
         let user = rest - fault - sampled_syscall;
         // A memory stall's time on the CPU (its reclaim or compaction work)
@@ -1016,6 +1036,9 @@ impl<'a> Accounts<'a> {
             v - t
         };
         let (fault, syscall, user) = (take(fault), take(syscall), take(user));
+        // What a memory stall took from the syscall time came off its
+        // exact part first.
+        let sampled_syscall = sampled_syscall.min(syscall);
         let migration = migration_on + s.migration_off + blocked_slot(Site::Migration) + moved;
         let mut by_wait = s.by_wait;
         if lock_spin > 0.0 {
@@ -1043,6 +1066,8 @@ impl<'a> Accounts<'a> {
             fault_ns: fault as u64,
             fault_major_ns: 0,
             fault_error_ns: fault_error as u64,
+            syscall_sampled_ns: sampled_syscall as u64,
+            syscall_error_ns: syscall_error as u64,
             migration_ns: migration as u64,
             runnable_ns: runnable as u64,
             preempted_by: top(&s.by_runner).filter(|_| runnable >= 1.0),

@@ -503,6 +503,27 @@ impl Dominance {
     }
 }
 
+/// How much of the episodes' syscall time the on-CPU samples estimated
+/// (`--syscall-time sampled`, the default), with its standard error: the
+/// syscall hooks' exact time is opt-in, and a user reading a syscall's
+/// share must know which it is. Empty when every call was timed.
+fn sampled_syscall_note(episodes: &[Episode]) -> String {
+    let (sampled, variance) = episodes.iter().fold((0.0, 0.0), |(s, v), e| {
+        (
+            s + e.account.syscall_sampled_ns as f64,
+            v + (e.account.syscall_error_ns as f64).powi(2),
+        )
+    });
+    if sampled <= 0.0 {
+        return String::new();
+    }
+    format!(
+        "; {} of it estimated from the on-CPU samples (--syscall-time sampled), ± {} standard error",
+        ms(sampled),
+        ms(variance.sqrt())
+    )
+}
+
 /// What kind of faults the kernel counted in the episodes: the time on
 /// the CPU in faults is a major fault's own work as well as a minor's.
 fn fault_counts(episodes: &[Episode]) -> String {
@@ -626,8 +647,9 @@ fn evidence(
         CauseKind::Syscall => {
             let call = dominant(episodes, |a| a.top_syscall.as_ref(), |a| a.top_syscall_ns);
             let text = format!(
-                "{}: on the CPU in the kernel for {thread}, {base}",
-                call.as_deref().unwrap_or("syscalls")
+                "{}: on the CPU in the kernel for {thread}, {base}{}",
+                call.as_deref().unwrap_or("syscalls"),
+                sampled_syscall_note(episodes)
             );
             (text, call)
         }

@@ -1173,6 +1173,17 @@ fn sampled_syscall_time_comes_from_the_samples() {
         "{:#?}",
         a.classification.causes
     );
+    // Said to be an estimate, with its error: 8 of 10 samples in a
+    // syscall, sqrt(0.8 × 0.2 / 10) of the 10 ms = 1.26 ms.
+    assert_eq!(e.account.syscall_sampled_ns, e.account.syscall_ns);
+    let error = e.account.syscall_error_ns as f64 / 1e6;
+    assert!((error - 1.26).abs() < 0.05, "{:#?}", e.account);
+    let evidence = &a.classification.causes[0].evidence;
+    assert!(
+        evidence.contains("estimated from the on-CPU samples")
+            && evidence.contains("standard error"),
+        "{evidence}"
+    );
 }
 
 /// Long episodes leave little free time: every gap holds as many baseline

@@ -355,6 +355,16 @@ live_test! {
         });
         let report = check(&o, "blocking");
         assert_eq!(report["classification"]["signature"], "sporadic");
+        // What its hooks cost beyond their programs' time, measured once
+        // at watch's first attach (the statistics held for it only) and
+        // with them off, as watch runs them.
+        let dispatch = &report["overhead"]["hook_dispatch"];
+        assert!(
+            dispatch["measured"]["hooked_no_stats_ns"].is_number()
+                && dispatch["runs"].as_u64().is_some_and(|n| n > 0),
+            "no dispatch in watch's report: {}",
+            report["overhead"]
+        );
         let out = o.first_dir.as_deref().and_then(Path::parent).expect("a report directory");
         exemplars_lead_to_reports(&prom, out, &report);
         dashboard_queries_return_data(&prom);

@@ -329,10 +329,9 @@ pub(super) struct SocketUse {
     /// only there for upstreams and the target has none yet.
     pub deferred: bool,
     /// The BPF run-time statistics are on. The dispatch calibration needs
-    /// them (its programs' own time comes from them); without them it is
-    /// not run: ~0.4 s of round trips whose result could only be "not
-    /// measured", spent at every `watch` attach (which runs without them)
-    /// and so in a restarted server's unwatched gap.
+    /// them (its programs' own time comes from them): without them
+    /// (`watch`) they are held for the calibration only, which runs once
+    /// per process (not in a restarted server's unwatched gap).
     pub stats: bool,
 }
 
@@ -356,17 +355,24 @@ pub(super) fn attach_sockets(
     for prog in SOCKET_TRANSFERS {
         load_tracepoint(ebpf, prog, btf)?;
     }
-    // Once per process: the dispatch is the kernel's and the host's, not
-    // the target's, and `watch` re-attaching to a restarted server spent
-    // ~0.3 s of its unwatched gap measuring it again.
+    // Once per process, whatever came of it: the dispatch is the kernel's
+    // and the host's, not the target's, and `watch` re-attaching to a
+    // restarted server spent ~0.4 s of its unwatched gap measuring it
+    // again. A run without the statistics (`watch`) holds them for the
+    // calibration only: it needs them for the programs' own time, and
+    // without it `watch`'s reports could not say what its hooks cost.
     let dispatch = match DISPATCH_MEASURED.get() {
-        Some(&measured) => Some(measured),
-        None if !used.stats => None,
+        Some(&measured) => measured,
         None => {
-            let measured = measure_dispatch(ebpf, stats)?;
-            if let Some(m) = measured {
-                let _ = DISPATCH_MEASURED.set(m);
+            if !used.stats {
+                stats(true);
             }
+            let measured = measure_dispatch(ebpf, &mut *stats);
+            if !used.stats {
+                stats(false);
+            }
+            let measured = measured?;
+            let _ = DISPATCH_MEASURED.set(measured);
             measured
         }
     };
@@ -387,7 +393,7 @@ pub(super) fn attach_sockets(
 }
 
 /// The first dispatch measurement of this process (see `attach_sockets`).
-static DISPATCH_MEASURED: std::sync::OnceLock<super::calibrate::HookDispatchCost> =
+static DISPATCH_MEASURED: std::sync::OnceLock<Option<super::calibrate::HookDispatchCost>> =
     std::sync::OnceLock::new();
 
 /// Measures the socket transfer hooks' dispatch (loaded, not attached):

@@ -420,10 +420,12 @@ impl Report {
                 probes_cpu_share: probes_ns / run.duration_ns().max(1) as f64,
                 syscall_path: SyscallPathReport::of(run.overhead.syscall_path, &programs),
                 hook_dispatch: HookDispatchReport::of(run.overhead.hook_dispatch, &programs),
-                statistics: StatisticsCostReport::of(
-                    run.overhead.hook_dispatch,
-                    &run.overhead.programs,
-                ),
+                // Only when the programs' counts are the statistics' own
+                // (sampled windows, unscaled): `watch` hands them scaled
+                // to its window, and older runs had them on throughout.
+                statistics: run.overhead.sampled_ns.and_then(|_| {
+                    StatisticsCostReport::of(run.overhead.hook_dispatch, &run.overhead.programs)
+                }),
                 stats_sampled_ns: run.overhead.sampled_ns,
                 programs,
             },

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub report_info: Family<Labels, Gauge>,
     pub lost: Family<Labels, Counter>,
     pub probe_cpu_share: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// The hooks' dispatch beside it (the calibration's cost per hook run
+    /// times the runs of that second), in every task that hit them.
+    pub probe_dispatch_cpu_share: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub attached: Gauge,
     pub restarts: Counter,
     pub gap_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -69,6 +72,7 @@ impl Metrics {
             report_info: Family::default(),
             lost: Family::default(),
             probe_cpu_share: Gauge::default(),
+            probe_dispatch_cpu_share: Gauge::default(),
             attached: Gauge::default(),
             restarts: Counter::default(),
             gap_seconds: Gauge::default(),
@@ -125,6 +129,11 @@ impl Metrics {
             "probe_cpu_share",
             "CPU time of the BPF programs per second of wall time, from the last sampled second",
             m.probe_cpu_share.clone(),
+        );
+        r.register(
+            "probe_dispatch_cpu_share",
+            "CPU time of the hooks' dispatch (the tracepoints' calls into the BPF programs, not in their run time) per second of wall time, in every task that hit them: the cost per hook run measured at watch's first attach times the runs of the last sampled second",
+            m.probe_dispatch_cpu_share.clone(),
         );
         r.register(
             "attached",

@@ -760,11 +760,32 @@ fn sample_stats(a: &mut Attached, now: u64, n: u64, m: &Metrics) {
         let total: u64 = costs.iter().map(|c| c.run_time_ns).sum();
         if secs > 0 {
             m.probe_cpu_share.set(total as f64 / secs as f64);
+            if let Some(d) = a.probes.hook_dispatch() {
+                m.probe_dispatch_cpu_share
+                    .set(dispatch_share(&costs, &d, secs));
+            }
         }
         a.sampled_costs = Some((costs, secs));
     } else if n % STATS_EVERY_SECS == 1 && a.probes.set_stats(true) {
         a.stats_from = Some((now, a.probes.costs()));
     }
+}
+
+/// The hooks' dispatch per ns of wall time over a sampled span of
+/// `span_ns`: the calibration's cost per hook run times the runs the
+/// statistics counted, as the report counts it (every program's runs but
+/// the syscall hooks', whose slow path is apart).
+fn dispatch_share(
+    costs: &[ProgramCost],
+    dispatch: &crate::probes::calibrate::HookDispatchCost,
+    span_ns: u64,
+) -> f64 {
+    let runs: u64 = costs
+        .iter()
+        .filter(|c| !crate::probes::SYSCALL_HOOKS.contains(&c.name.as_str()))
+        .map(|c| c.run_count)
+        .sum();
+    dispatch.extra_ns_per_dispatch() * runs as f64 / span_ns.max(1) as f64
 }
 
 /// A sampled second's program costs, scaled to `window_ns`.
@@ -779,4 +800,30 @@ fn scale_costs(costs: &[ProgramCost], sampled_ns: u64, window_ns: u64) -> Vec<Pr
             ns_per_run: c.ns_per_run,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod dispatch_tests {
+    use super::dispatch_share;
+    use crate::probes::{ProgramCost, calibrate::HookDispatchCost};
+
+    #[test]
+    fn the_dispatch_share_counts_every_hook_run_but_the_syscall_hooks() {
+        let costs = vec![
+            ProgramCost::new("sched_switch".into(), 300_000, 60_000_000),
+            ProgramCost::new("sched_waking".into(), 100_000, 10_000_000),
+            ProgramCost::new("sys_enter".into(), 1_000_000, 90_000_000),
+        ];
+        // 2,000 → 2,300 ns per round trip, 100 of it the programs, the
+        // statistics off: 100 ns per hook run.
+        let dispatch = HookDispatchCost {
+            unhooked_ns: 2_000.0,
+            hooked_ns: 2_500.0,
+            programs_ns: 100.0,
+            hooked_no_stats_ns: Some(2_300.0),
+        };
+        // 400,000 runs × 100 ns over one second: 4% of it.
+        let share = dispatch_share(&costs, &dispatch, 1_000_000_000);
+        assert!((share - 0.04).abs() < 1e-12, "{share}");
+    }
 }

@@ -255,18 +255,30 @@ pub(super) fn attach_syscall_hooks(
     ebpf: &mut Ebpf,
     btf: &aya::Btf,
     stats: super::calibrate::StatsSwitch<'_>,
+    stats_held: bool,
 ) -> Result<Option<super::calibrate::SyscallPathCost>> {
     let unhooked_ns = super::calibrate::time_syscalls();
     for prog in SYSCALL_HOOKS {
         attach_tracepoint(ebpf, prog, btf)?;
     }
-    Ok(super::calibrate::with_hooks(
+    // The programs' time over the hooked batches comes from the BPF
+    // statistics: a run without them (`watch`) holds them for the
+    // calibration only, or its reports could not say what the slow path
+    // costs every syscall on the machine.
+    if !stats_held {
+        stats(true);
+    }
+    let measured = super::calibrate::with_hooks(
         ebpf,
         &SYSCALL_HOOKS,
         unhooked_ns,
         super::calibrate::time_syscalls,
-        stats,
-    ))
+        &mut *stats,
+    );
+    if !stats_held {
+        stats(false);
+    }
+    Ok(measured)
 }
 
 fn btf_program<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut BtfTracePoint> {

@@ -534,7 +534,7 @@ impl Probes {
         let aya_btf = attach::kernel_btf()?;
         attach_all(&mut ebpf, &aya_btf, cfg.sample_period_ns())?;
         let syscall_path = if hooks {
-            attach::attach_syscall_hooks(&mut ebpf, &aya_btf, &mut stats_switch)?
+            attach::attach_syscall_hooks(&mut ebpf, &aya_btf, &mut stats_switch, stats_enabled)?
         } else {
             None
         };

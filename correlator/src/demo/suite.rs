@@ -112,69 +112,147 @@ impl Drop for Setting {
     }
 }
 
-/// The unbound kernel threads that could run on the server's CPU, moved
-/// off it for the demo and put back on drop: the scenarios inject one
-/// cause each, and a kernel thread the demo did not start preempting the
-/// server is another (on this VM DAMON's `kdamond.0`, running for
-/// milliseconds at a time, was named as preemption in half the clean
-/// baselines of a day), as a performance engineer isolates the CPU of an
-/// experiment (`tuna --isolate`). Threads the kernel keeps where they are
-/// (per-CPU ones, PF_NO_SETAFFINITY) refuse and stay.
-struct KernelThreadsAway(Vec<(libc::pid_t, libc::cpu_set_t)>);
+/// Every other task that could run on the server's CPU, moved off it for
+/// the demo and put back on drop: the scenarios inject one cause each, and
+/// a task the demo did not start preempting the server is another, as a
+/// performance engineer isolates the CPU of an experiment (`tuna
+/// --isolate`). Kernel threads (on this VM DAMON's `kdamond.0`, running
+/// for milliseconds at a time, was named as preemption in half the clean
+/// baselines of a day) and other processes' threads (the VM agent's, PID 1
+/// here: its tokio workers forwarding the tests' output were named as
+/// preemption, rightly, in a fresh machine's clean baseline). This
+/// process's own threads stay, so what it starts later (the server, the
+/// injector) inherits its mask and pins itself. Tasks the kernel keeps
+/// where they are (per-CPU ones, PF_NO_SETAFFINITY) refuse and stay.
+struct NeighboursAway {
+    moved: Vec<Moved>,
+    /// Every task there was when they were moved: only those born since
+    /// can have inherited a moved one's mask.
+    existed: std::collections::HashSet<libc::pid_t>,
+}
 
-impl KernelThreadsAway {
-    fn from_cpu(cpu: usize) -> Self {
-        const PF_KTHREAD: u64 = 0x0020_0000;
-        let mut moved = Vec::new();
-        for pid in std::fs::read_dir("/proc")
+/// A task moved off the server's CPU: its mask before and the one set.
+struct Moved {
+    tid: libc::pid_t,
+    tgid: libc::pid_t,
+    before: libc::cpu_set_t,
+    away: libc::cpu_set_t,
+}
+
+const CPU_SET_SIZE: usize = std::mem::size_of::<libc::cpu_set_t>();
+
+/// Every task on the machine: (thread id, process id).
+fn all_tasks() -> Vec<(libc::pid_t, libc::pid_t)> {
+    let ids = |dir: String| -> Vec<libc::pid_t> {
+        std::fs::read_dir(dir)
             .into_iter()
             .flatten()
             .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        {
-            // Field 9 of /proc/PID/stat (after the comm's closing paren:
-            // field 3 onwards) holds the task's flags.
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let flags = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok());
-            if flags.is_none_or(|f| f & PF_KTHREAD == 0) {
-                continue;
-            }
-            // SAFETY: a zeroed cpu_set_t filled by the kernel, then a copy
-            // with one bit cleared; plain affinity syscalls on a pid.
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                let size = std::mem::size_of::<libc::cpu_set_t>();
-                if libc::sched_getaffinity(pid, size, &mut set) != 0
-                    || !libc::CPU_ISSET(cpu, &set)
-                    || libc::CPU_COUNT(&set) < 2
-                {
-                    continue;
-                }
-                let mut away = set;
-                libc::CPU_CLR(cpu, &mut away);
-                if libc::sched_setaffinity(pid, size, &away) == 0 {
-                    moved.push((pid, set));
-                }
-            }
-        }
-        Self(moved)
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect()
+    };
+    ids("/proc".into())
+        .into_iter()
+        .flat_map(|tgid| {
+            ids(format!("/proc/{tgid}/task"))
+                .into_iter()
+                .map(move |tid| (tid, tgid))
+        })
+        .collect()
+}
+
+fn affinity(tid: libc::pid_t) -> Option<libc::cpu_set_t> {
+    // SAFETY: a zeroed cpu_set_t filled by the kernel.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(tid, CPU_SET_SIZE, &mut set) == 0).then_some(set)
     }
 }
 
-impl Drop for KernelThreadsAway {
-    fn drop(&mut self) {
-        for (pid, set) in &self.0 {
-            // SAFETY: the mask read from the kernel before the move.
-            let r = unsafe {
-                libc::sched_setaffinity(*pid, std::mem::size_of::<libc::cpu_set_t>(), set)
+fn set_affinity(tid: libc::pid_t, set: &libc::cpu_set_t) -> bool {
+    // SAFETY: a plain affinity syscall on a thread id.
+    unsafe { libc::sched_setaffinity(tid, CPU_SET_SIZE, set) == 0 }
+}
+
+fn same_set(a: &libc::cpu_set_t, b: &libc::cpu_set_t) -> bool {
+    // SAFETY: CPU_EQUAL compares two initialised sets.
+    unsafe { libc::CPU_EQUAL(a, b) }
+}
+
+/// A process's parent (field 4 of /proc/PID/stat, after the comm).
+fn parent_of(tgid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{tgid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+impl NeighboursAway {
+    fn from_cpu(cpu: usize) -> Self {
+        let own = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+        let mut moved = Vec::new();
+        let tasks = all_tasks();
+        let existed = tasks.iter().map(|&(tid, _)| tid).collect();
+        for (tid, tgid) in tasks {
+            if tgid == own {
+                continue;
+            }
+            let Some(before) = affinity(tid) else {
+                continue;
             };
-            // A thread that ended meanwhile has nothing to put back.
-            if r != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                eprintln!("correlator: could not restore the CPU affinity of kernel thread {pid}");
+            // SAFETY: CPU_* read or change an initialised set.
+            let away = unsafe {
+                if !libc::CPU_ISSET(cpu, &before) || libc::CPU_COUNT(&before) < 2 {
+                    continue;
+                }
+                let mut away = before;
+                libc::CPU_CLR(cpu, &mut away);
+                away
+            };
+            if set_affinity(tid, &away) {
+                moved.push(Moved {
+                    tid,
+                    tgid,
+                    before,
+                    away,
+                });
+            }
+        }
+        Self { moved, existed }
+    }
+}
+
+impl Drop for NeighboursAway {
+    fn drop(&mut self) {
+        for m in &self.moved {
+            // A task that ended meanwhile has nothing to put back.
+            if !set_affinity(m.tid, &m.before)
+                && std::path::Path::new(&format!("/proc/{}", m.tid)).exists()
+            {
+                eprintln!(
+                    "correlator: could not restore the CPU affinity of task {}",
+                    m.tid
+                );
+            }
+        }
+        // Tasks born meanwhile inherited a moved one's mask: a thread of a
+        // moved process, or a process a moved one forked (a new kernel
+        // thread is kthreadd's). Those still holding exactly that mask go
+        // back to what their creator had.
+        let of_process = |tgid: libc::pid_t| self.moved.iter().find(|m| m.tgid == tgid);
+        for (tid, tgid) in all_tasks() {
+            if self.existed.contains(&tid) {
+                continue;
+            }
+            let Some(creator) = of_process(tgid).or_else(|| parent_of(tgid).and_then(of_process))
+            else {
+                continue;
+            };
+            if affinity(tid).is_some_and(|now| same_set(&now, &creator.away)) {
+                set_affinity(tid, &creator.before);
             }
         }
     }
@@ -363,7 +441,7 @@ pub fn run_suite(opts: &SuiteOptions, mut each: impl FnMut(&Outcome)) -> Result<
     std::fs::create_dir_all(&opts.out_dir)
         .with_context(|| format!("cannot create {}", opts.out_dir.display()))?;
     let exe = std::env::current_exe().context("cannot find the correlator binary")?;
-    let _away = KernelThreadsAway::from_cpu(SERVER_CPU);
+    let _away = NeighboursAway::from_cpu(SERVER_CPU);
     let mut out = Vec::new();
     for &s in &opts.scenarios {
         let o = run_scenario(&exe, s, opts)?;

@@ -294,6 +294,15 @@ impl TimeAccount {
         }
         let n = accounts.len() as u64;
         let mean = |f: fn(&TimeAccount) -> u64| accounts.iter().map(f).sum::<u64>() / n;
+        // The standard error of a mean of independent estimates.
+        let mean_error = |f: fn(&TimeAccount) -> u64| {
+            (accounts
+                .iter()
+                .map(|a| (f(a) as f64).powi(2))
+                .sum::<f64>()
+                .sqrt()
+                / n as f64) as u64
+        };
         let named = |name: fn(&TimeAccount) -> Option<&String>, ns: fn(&TimeAccount) -> u64| {
             most_time(accounts.iter(), name, ns).map(|(who, t)| (who, t / n))
         };
@@ -337,20 +346,9 @@ impl TimeAccount {
             top_syscall,
             top_syscall_ns: top_syscall_ns.unwrap_or(0),
             fault_ns: mean(|a| a.fault_ns),
-            // The standard error of a mean of independent estimates.
-            fault_error_ns: (accounts
-                .iter()
-                .map(|a| (a.fault_error_ns as f64).powi(2))
-                .sum::<f64>()
-                .sqrt()
-                / n as f64) as u64,
+            fault_error_ns: mean_error(|a| a.fault_error_ns),
             syscall_sampled_ns: mean(|a| a.syscall_sampled_ns),
-            syscall_error_ns: (accounts
-                .iter()
-                .map(|a| (a.syscall_error_ns as f64).powi(2))
-                .sum::<f64>()
-                .sqrt()
-                / n as f64) as u64,
+            syscall_error_ns: mean_error(|a| a.syscall_error_ns),
             fault_major_ns: mean(|a| a.fault_major_ns),
             migration_ns: mean(|a| a.migration_ns),
             runnable_ns: mean(|a| a.runnable_ns),

@@ -261,24 +261,21 @@ pub(super) fn attach_syscall_hooks(
     for prog in SYSCALL_HOOKS {
         attach_tracepoint(ebpf, prog, btf)?;
     }
-    // The programs' time over the hooked batches comes from the BPF
-    // statistics: a run without them (`watch`) holds them for the
-    // calibration only, or its reports could not say what the slow path
-    // costs every syscall on the machine.
-    if !stats_held {
-        stats(true);
-    }
-    let measured = super::calibrate::with_hooks(
-        ebpf,
-        &SYSCALL_HOOKS,
-        unhooked_ns,
-        super::calibrate::time_syscalls,
-        &mut *stats,
-    );
-    if !stats_held {
-        stats(false);
-    }
-    Ok(measured)
+    // Without the statistics held, `watch`'s reports could not say what
+    // the slow path costs every syscall on the machine.
+    Ok(super::calibrate::with_stats_held(
+        stats,
+        stats_held,
+        |stats| {
+            super::calibrate::with_hooks(
+                ebpf,
+                &SYSCALL_HOOKS,
+                unhooked_ns,
+                super::calibrate::time_syscalls,
+                stats,
+            )
+        },
+    ))
 }
 
 fn btf_program<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut BtfTracePoint> {
@@ -376,14 +373,9 @@ pub(super) fn attach_sockets(
     let dispatch = match DISPATCH_MEASURED.get() {
         Some(&measured) => measured,
         None => {
-            if !used.stats {
-                stats(true);
-            }
-            let measured = measure_dispatch(ebpf, &mut *stats);
-            if !used.stats {
-                stats(false);
-            }
-            let measured = measured?;
+            let measured = super::calibrate::with_stats_held(stats, used.stats, |stats| {
+                measure_dispatch(ebpf, stats)
+            })?;
             let _ = DISPATCH_MEASURED.set(measured);
             measured
         }

@@ -264,6 +264,25 @@ pub(super) fn with_hooks(
     })
 }
 
+/// Runs a calibration with the BPF statistics on: a run that holds them
+/// already (`held`) keeps them as the calibration leaves them; one without
+/// them (`watch`) holds them for the calibration only, as the programs'
+/// own time comes from them.
+pub(super) fn with_stats_held<T>(
+    stats: StatsSwitch<'_>,
+    held: bool,
+    calibrate: impl FnOnce(StatsSwitch<'_>) -> T,
+) -> T {
+    if !held {
+        stats(true);
+    }
+    let measured = calibrate(&mut *stats);
+    if !held {
+        stats(false);
+    }
+    measured
+}
+
 /// `time` run with this process's hold on the statistics dropped (put
 /// back after); None when a run of the `names` programs was counted over
 /// it (another holder kept them on, so it is not the hooks without them).

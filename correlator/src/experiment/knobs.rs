@@ -489,7 +489,7 @@ pub fn change(knob: &Knob, saved: &Saved) -> Result<()> {
                     continue;
                 }
                 let text = new.map_or_else(|| no_limit(file).to_string(), |n| n.to_string());
-                fs::write(file, &text)
+                write_limit(file, &text)
                     .with_context(|| format!("cannot write {text} to {file} (needs root)"))?;
             }
         }
@@ -510,6 +510,31 @@ pub fn apply(knob: &Knob, target: &Target) -> Result<Saved> {
         return Err(e);
     }
     Ok(saved)
+}
+
+/// How long a memory limit the kernel refuses for now (`EBUSY`) is retried.
+const LIMIT_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Writes a memory cgroup limit. A v1 limit below the cgroup's usage
+/// makes the kernel reclaim to it, and it refuses (`EBUSY`) when that
+/// reclaim makes no progress: dirty page cache cannot be reclaimed until
+/// written back. Its failed reclaim has woken the flusher threads, so the
+/// write is retried while they write the pages back, up to `LIMIT_RETRY`
+/// (a restore after a treatment arm that lifted the limit met 24 MiB of
+/// dirty pages and failed at once). Every other error returns at once.
+fn write_limit(file: &str, text: &str) -> std::io::Result<()> {
+    let deadline = std::time::Instant::now() + LIMIT_RETRY;
+    loop {
+        match fs::write(file, text) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Puts back what `apply` changed. The error names the manual command.
@@ -585,7 +610,7 @@ pub fn restore(saved: &Saved) -> Result<()> {
                         Some(_) => previous.as_str(),
                         None => no_limit(file),
                     };
-                    fs::write(file, text)
+                    write_limit(file, text)
                         .map_err(|e| manual(format!("echo {previous} > {file}"), e.into()))?;
                 }
             }

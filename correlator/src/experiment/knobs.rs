@@ -2,7 +2,11 @@
 //! so it can be put back on every exit path (and from a state file after a
 //! SIGKILL: `correlator experiment --restore`).
 
-use std::{fs, path::Path};
+use std::{
+    fs,
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -513,24 +517,22 @@ pub fn apply(knob: &Knob, target: &Target) -> Result<Saved> {
 }
 
 /// How long a memory limit the kernel refuses for now (`EBUSY`) is retried.
-const LIMIT_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
+const LIMIT_RETRY: Duration = Duration::from_secs(15);
 
 /// Writes a memory cgroup limit. A v1 limit below the cgroup's usage
 /// makes the kernel reclaim to it, and it refuses (`EBUSY`) when that
-/// reclaim makes no progress: dirty page cache cannot be reclaimed until
-/// written back. Its failed reclaim has woken the flusher threads, so the
-/// write is retried while they write the pages back, up to `LIMIT_RETRY`
-/// (a restore after a treatment arm that lifted the limit met 24 MiB of
-/// dirty pages and failed at once). Every other error returns at once.
+/// reclaim makes no progress (pages dirty, locked or under writeback).
+/// Its failed reclaim has woken the flusher threads, so the write is
+/// retried while the pages' state moves on, up to `LIMIT_RETRY`: the
+/// restore after a treatment arm that had lifted the limit was refused
+/// at once in 3 of 5 runs of the memory-limit confirmation test, which
+/// left the limit lifted. Every other error returns at once.
 fn write_limit(file: &str, text: &str) -> std::io::Result<()> {
-    let deadline = std::time::Instant::now() + LIMIT_RETRY;
+    let deadline = Instant::now() + LIMIT_RETRY;
     loop {
         match fs::write(file, text) {
-            Err(e)
-                if e.raw_os_error() == Some(libc::EBUSY)
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(50));
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
             }
             other => return other,
         }

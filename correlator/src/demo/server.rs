@@ -252,7 +252,7 @@ impl Injected {
     /// writeback had allocated are freed by the truncation, which on a
     /// filesystem mounted with `discard` (this VM's ext4) waits for the
     /// disk's discard (`ext4_free_blocks` → `blkdev_issue_discard`):
-    /// 200 ms in 20 truncations of one 10 s run, up to 174 ms in one, a
+    /// 212 ms in 20 truncations of one 10 s run, 174 ms in one of another, a
     /// blocked `ftruncate` a report rightly named beside the memory stall.
     /// Returns false (the event is skipped) while the last burst is still
     /// pending or the file cannot be emptied.
